@@ -1,0 +1,13 @@
+// Non-differentiable whole-tensor arithmetic used by autograd (gradient accumulation), the
+// optimizer and the trainer (norms, finiteness). Device-dispatched; contiguous tensors only.
+#pragma once
+#include "core/tensor.h"
+
+namespace hyb {
+
+void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);  // dst += alpha * src
+void scale_(const Tensor& t, double s);                                // t *= s
+double sum_squares(const Tensor& t);                                   // fp64 result (fp32 partials on GPU)
+bool all_finite(const Tensor& t);
+
+}  // namespace hyb
