@@ -1,14 +1,42 @@
-// The `hybrid` command line: one subcommand per verb, each in its own file under train/ or eval/.
+// The `hybrid` command line. One line per verb; each verb lives in its own file.
+// Errors from the library arrive as hyb::Error: one line on stderr and exit status 2 (config.md 8.2).
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "train/cli.h"
+
+namespace hyb {
+const CliCommand kCommands[] = {
+    {"help", "list the commands", nullptr},
+};
+}  // namespace hyb
+
+static void print_usage() {
+  std::puts("usage: hybrid <command> [options]\n\ncommands:");
+  for (const auto& c : hyb::kCommands) std::printf("  %-10s %s\n", c.name, c.summary);
+}
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
-    std::puts("usage: hybrid <command> [options]\n\ncommands:\n  (none yet)");
+    print_usage();
     return argc < 2 ? 2 : 0;
   }
-  std::fprintf(stderr, "hybrid: unknown command \"%s\" (see hybrid --help)\n", argv[1]);
+  const std::string verb = argv[1];
+  for (const auto& c : hyb::kCommands) {
+    if (verb != c.name || !c.run) continue;
+    hyb::Args args(verb, std::vector<std::string>(argv + 2, argv + argc));
+    try {
+      return c.run(args);
+    } catch (const hyb::Error& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hybrid %s: %s\n", verb.c_str(), e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "hybrid: unknown command \"%s\" (see hybrid --help)\n", verb.c_str());
   return 2;
 }
