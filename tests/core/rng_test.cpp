@@ -69,3 +69,16 @@ TEST_CASE("fill_normal has the asked mean and std and depends only on seed and n
   std::vector<double> bv = b.to_double_vector();
   for (size_t i = 0; i < 50; ++i) REQUIRE(float(bv[i]) == float(v[i]));
 }
+
+#include "core/sha256.h"
+
+TEST_CASE("sha256 matches the FIPS 180-4 examples", "[core][sha256]") {
+  REQUIRE(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  REQUIRE(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  REQUIRE(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 h;
+  std::string million(1000000, 'a');
+  for (size_t i = 0; i < million.size(); i += 997) h.update(million.data() + i, std::min<size_t>(997, million.size() - i));
+  REQUIRE(h.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
