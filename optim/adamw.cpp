@@ -1,0 +1,82 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/parallel.h"
+
+namespace hyb {
+
+AdamW::AdamW(std::vector<OptimParam> params, AdamWHyper hyper) : params_(std::move(params)), h_(hyper) {
+  for (const OptimParam& p : params_) {
+    HYB_CHECK(p.var.dtype() == DType::f32, "AdamW: parameter ", p.name, " is ", dtype_name(p.var.dtype()),
+              "; master weights must be f32");
+    m_.push_back(Tensor::zeros(p.var.shape(), DType::f32, p.var.device()));
+    v_.push_back(Tensor::zeros(p.var.shape(), DType::f32, p.var.device()));
+  }
+}
+
+void AdamW::step(double factor) {
+  ++t_;
+  const double bias1 = 1 - std::pow(h_.beta1, double(t_)), bias2 = 1 - std::pow(h_.beta2, double(t_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const OptimParam& p = params_[i];
+    if (!p.var.grad().defined()) continue;
+    AdamWStep s{h_.lr * factor * p.lr_mult, h_.beta1, h_.beta2, h_.eps, p.weight_decay, bias1, bias2};
+    adamw_update(p.var.data(), p.var.grad(), m_[i], v_[i], s);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(params_[i].name + ".exp_avg", m_[i]);
+    out.emplace_back(params_[i].name + ".exp_avg_sq", v_[i]);
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t t, const std::string& source) {
+  auto find = [&](const std::string& name) -> const Tensor& {
+    for (const auto& [n, tensor] : tensors)
+      if (n == name) return tensor;
+    throw Error(str_cat(source, ": optimizer state ", name, " is missing"));
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (auto [suffix, dst] : {std::pair{".exp_avg", m_[i]}, std::pair{".exp_avg_sq", v_[i]}}) {
+      const Tensor& src = find(params_[i].name + suffix);
+      HYB_CHECK(src.shape() == dst.shape(), source, ": ", params_[i].name, suffix, " is ", shape_str(src.shape()),
+                ", model expects ", shape_str(dst.shape()));
+      dst.copy_(src);
+    }
+  }
+  t_ = t;
+}
+
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s) {
+  HYB_ASSERT(param.is_contiguous() && grad.is_contiguous() && param.numel() == grad.numel());
+  HYB_CHECK(grad.dtype() == DType::f32, "AdamW: gradients must be f32, got ", dtype_name(grad.dtype()));
+  param.bump_version();
+#if HYBRID_CUDA
+  if (param.is_cuda()) return adamw_update_cuda(param, grad, m, v, s);
+#endif
+  adamw_update_cpu(param, grad, m, v, s);
+}
+
+void adamw_update_cpu(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s) {
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* mp = m.data<float>();
+  float* vp = v.data<float>();
+  const float b1 = float(s.beta1), b2 = float(s.beta2), lr = float(s.lr), wd = float(s.weight_decay);
+  const float inv_b1 = float(1.0 / s.bias1), inv_sqrt_b2 = float(1.0 / std::sqrt(s.bias2)), eps = float(s.eps);
+  parallel_for(param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      mp[i] = b1 * mp[i] + (1 - b1) * g[i];
+      vp[i] = b2 * vp[i] + (1 - b2) * g[i] * g[i];
+      const float denom = std::sqrt(vp[i]) * inv_sqrt_b2 + eps;
+      p[i] = p[i] - lr * wd * p[i] - lr * (mp[i] * inv_b1) / denom;
+    }
+  });
+}
+
+}  // namespace hyb

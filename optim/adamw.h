@@ -1,0 +1,58 @@
+// AdamW with decoupled weight decay, exactly PyTorch's (config.md 6.3). Master weights, m and v are
+// f32; t counts the updates applied, so a skipped step (non-finite gradient) leaves it unchanged.
+//   theta -= lr_s wd theta + lr_s (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),  lr_s = lr f(s) lr_mult
+//   AdamW opt(params, {.lr = 3e-4});  ...  opt.step(schedule_factor);
+#pragma once
+#include <string>
+#include <vector>
+
+#include "autograd/var.h"
+
+namespace hyb {
+
+struct AdamWHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+};
+
+struct OptimParam {
+  std::string name;
+  Var var;
+  double weight_decay = 0;  // already resolved per parameter (decay set, param_groups)
+  double lr_mult = 1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<OptimParam> params, AdamWHyper hyper);
+  // One update with lr = hyper.lr * factor * lr_mult; parameters without a gradient are left alone.
+  void step(double factor);
+  int64_t steps() const { return t_; }
+  const std::vector<OptimParam>& params() const { return params_; }
+
+  // State for checkpoints: "<name>.exp_avg", "<name>.exp_avg_sq" and the count t.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t t, const std::string& source);
+  void set_steps(int64_t t) { t_ = t; }
+
+ private:
+  std::vector<OptimParam> params_;
+  std::vector<Tensor> m_, v_;
+  AdamWHyper h_;
+  int64_t t_ = 0;
+};
+
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  double bias1, bias2;  // 1 - b^t
+};
+
+// One parameter's update (f32 tensors of equal shape, contiguous, one device).
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
+void adamw_update_cpu(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
+#if HYBRID_CUDA
+void adamw_update_cuda(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
+#endif
+
+}  // namespace hyb
