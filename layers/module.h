@@ -92,4 +92,13 @@ class Module {
   bool training_ = true;
 };
 
+// Children named "0", "1", ... (model.layers.{i}).
+class ModuleList : public Module {
+ public:
+  template <typename M>
+  M* add(const std::string& name, std::unique_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+};
+
 }  // namespace hyb
