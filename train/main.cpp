@@ -8,8 +8,11 @@
 #include "train/cli.h"
 
 namespace hyb {
+int cmd_plot(Args& args);
+
 const CliCommand kCommands[] = {
     {"help", "list the commands", nullptr},
+    {"plot", "draw train/val loss curves of a metrics.jsonl as SVG", cmd_plot},
 };
 }  // namespace hyb
 
