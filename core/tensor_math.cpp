@@ -1,6 +1,7 @@
 #include "core/tensor_math.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -57,17 +58,27 @@ double sum_squares(const Tensor& t) {
 #if HYBRID_CUDA
   if (t.is_cuda()) return cuda_sum_squares(t);
 #endif
-  double total = 0;
+  // Fixed chunks summed in order: the result does not depend on the thread count, so a resumed run
+  // clips exactly as the original did.
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t n = t.numel(), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(size_t(chunks), 0.0);
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(t.raw_data());
-    const int64_t n = t.numel();
-#pragma omp parallel for reduction(+ : total) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) {
-      double v = convert<double>(p[i]);
-      total += v * v;
-    }
+    parallel_for(chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        double acc = 0;
+        for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+          const double v = convert<double>(p[i]);
+          acc += v * v;
+        }
+        partial[size_t(c)] = acc;
+      }
+    });
   });
+  double total = 0;
+  for (double x : partial) total += x;
   return total;
 }
 
