@@ -17,13 +17,14 @@ AdamW::AdamW(std::vector<OptimParam> params, AdamWHyper hyper) : params_(std::mo
 
 void AdamW::step(double factor) {
   ++t_;
-  const double bias1 = 1 - std::pow(h_.beta1, double(t_)), bias2 = 1 - std::pow(h_.beta2, double(t_));
+  const AdamWStep s{h_.beta1, h_.beta2, h_.eps, 1 - std::pow(h_.beta1, double(t_)), 1 - std::pow(h_.beta2, double(t_))};
+  std::vector<AdamWTarget> targets;
   for (size_t i = 0; i < params_.size(); ++i) {
     const OptimParam& p = params_[i];
     if (!p.var.grad().defined()) continue;
-    AdamWStep s{h_.lr * factor * p.lr_mult, h_.beta1, h_.beta2, h_.eps, p.weight_decay, bias1, bias2};
-    adamw_update(p.var.data(), p.var.grad(), m_[i], v_[i], s);
+    targets.push_back({p.var.data(), p.var.grad(), m_[i], v_[i], h_.lr * factor * p.lr_mult, p.weight_decay});
   }
+  adamw_update(targets, s);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
@@ -52,24 +53,26 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensor
   t_ = t;
 }
 
-void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s) {
-  HYB_ASSERT(param.is_contiguous() && grad.is_contiguous() && param.numel() == grad.numel());
-  HYB_CHECK(grad.dtype() == DType::f32, "AdamW: gradients must be f32, got ", dtype_name(grad.dtype()));
-  param.bump_version();
+void adamw_update(const std::vector<AdamWTarget>& targets, const AdamWStep& s) {
+  for (const AdamWTarget& t : targets) {
+    HYB_ASSERT(t.param.is_contiguous() && t.grad.is_contiguous() && t.param.numel() == t.grad.numel());
+    HYB_CHECK(t.grad.dtype() == DType::f32, "AdamW: gradients must be f32, got ", dtype_name(t.grad.dtype()));
+  }
 #if HYBRID_CUDA
-  if (param.is_cuda()) return adamw_update_cuda(param, grad, m, v, s);
+  if (!targets.empty() && targets[0].param.is_cuda()) return adamw_update_multi_cuda(targets, s);
 #endif
-  adamw_update_cpu(param, grad, m, v, s);
+  for (const AdamWTarget& t : targets) adamw_update_cpu(t, s);
 }
 
-void adamw_update_cpu(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s) {
-  float* p = param.data<float>();
-  const float* g = grad.data<float>();
-  float* mp = m.data<float>();
-  float* vp = v.data<float>();
-  const float b1 = float(s.beta1), b2 = float(s.beta2), lr = float(s.lr), wd = float(s.weight_decay);
+void adamw_update_cpu(const AdamWTarget& t, const AdamWStep& s) {
+  t.param.bump_version();
+  float* p = t.param.data<float>();
+  const float* g = t.grad.data<float>();
+  float* mp = t.m.data<float>();
+  float* vp = t.v.data<float>();
+  const float b1 = float(s.beta1), b2 = float(s.beta2), lr = float(t.lr), wd = float(t.weight_decay);
   const float inv_b1 = float(1.0 / s.bias1), inv_sqrt_b2 = float(1.0 / std::sqrt(s.bias2)), eps = float(s.eps);
-  parallel_for(param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+  parallel_for(t.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       mp[i] = b1 * mp[i] + (1 - b1) * g[i];
       vp[i] = b2 * vp[i] + (1 - b2) * g[i] * g[i];

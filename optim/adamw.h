@@ -43,16 +43,23 @@ class AdamW {
   int64_t t_ = 0;
 };
 
+// What every parameter of one step shares.
 struct AdamWStep {
-  double lr, beta1, beta2, eps, weight_decay;
+  double beta1, beta2, eps;
   double bias1, bias2;  // 1 - b^t
 };
 
-// One parameter's update (f32 tensors of equal shape, contiguous, one device).
-void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
-void adamw_update_cpu(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
+// One parameter's tensors (f32, contiguous, equal shapes) and its own lr and decay this step.
+struct AdamWTarget {
+  Tensor param, grad, m, v;
+  double lr, weight_decay;
+};
+
+// Updates all targets: the CPU loops, CUDA does it in one launch.
+void adamw_update(const std::vector<AdamWTarget>& targets, const AdamWStep& s);
+void adamw_update_cpu(const AdamWTarget& t, const AdamWStep& s);
 #if HYBRID_CUDA
-void adamw_update_cuda(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
+void adamw_update_multi_cuda(const std::vector<AdamWTarget>& targets, const AdamWStep& s);
 #endif
 
 }  // namespace hyb
