@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
+#include "compare.h"
 #include "golden_ops.h"
 
 using namespace hyb;
@@ -29,18 +29,6 @@ std::string golden_dir() {
 }
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
-// ||x - ref|| / ||ref|| in double (||x - ref|| when ref is zero); NaN or Inf in x gives NaN.
-double rel_error(const Tensor& x, const Tensor& ref) {
-  std::vector<double> a = x.to(Device::cpu()).to_double_vector(), b = ref.to_double_vector();
-  double dn = 0, rn = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return std::nan("");
-    dn += (a[i] - b[i]) * (a[i] - b[i]);
-    rn += b[i] * b[i];
-  }
-  return rn > 0 ? std::sqrt(dn / rn) : std::sqrt(dn);
-}
 
 struct CaseRun {
   std::vector<std::string> failures;

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "autograd/gradcheck.h"
+#include "compare.h"
 #include "layers/rope/rope_op.h"
 
 using namespace hyb;
@@ -17,17 +18,6 @@ double dot(const Tensor& a, const Tensor& b) {
   double s = 0;
   for (size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
   return s;
-}
-
-double rel_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  double dn = 0, rn = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    dn += (x[i] - y[i]) * (x[i] - y[i]);
-    rn += y[i] * y[i];
-  }
-  return std::sqrt(dn / std::max(rn, 1e-300));
 }
 
 // Meta's interleaved convention: pairs (2i, 2i + 1), same angles; (B, T, H, D) f64, full rotary.
@@ -62,7 +52,7 @@ TEST_CASE("rope at position zero is the identity", "[rope][cpu]") {
   const RopeTable tab = rope_table(10000.0, 10, 16, std::nullopt, Device::cpu());
   for (DType dt : {DType::f64, DType::f32}) {
     Tensor x = random_tensor({3, 1, 4, 10}, 1, dt);
-    REQUIRE(rel_diff(rope_forward(x, tab, 0), x) == 0.0);
+    REQUIRE(rel_error(rope_forward(x, tab, 0), x) == 0.0);
   }
 }
 
@@ -70,7 +60,7 @@ TEST_CASE("rope preserves the norm of every head vector", "[rope][cpu]") {
   const RopeTable tab = rope_table(500000.0, 12, 128, std::nullopt, Device::cpu());
   Tensor x = random_tensor({2, 37, 3, 12}, 2);
   Tensor y = rope_forward(x, tab, 50);
-  REQUIRE(rel_diff(y, x) > 0.1);
+  REQUIRE(rel_error(y, x) > 0.1);
   std::vector<double> xv = x.to_double_vector(), yv = y.to_double_vector();
   for (size_t r = 0; r < xv.size() / 12; ++r) {
     double nx = 0, ny = 0;
@@ -86,7 +76,7 @@ TEST_CASE("rope backward is the transpose of the forward, the rotation by the ne
   const RopeTable tab = rope_table(10000.0, 8, 64, std::nullopt, Device::cpu());
   Tensor x = random_tensor({2, 37, 3, 14}, 3), y = random_tensor({2, 37, 3, 14}, 4);
   REQUIRE(dot(rope_forward(x, tab, 5), y) == Approx(dot(x, rope_backward(y, tab, 5))).epsilon(1e-13));
-  REQUIRE(rel_diff(rope_backward(rope_forward(x, tab, 5), tab, 5), x) < 1e-15);
+  REQUIRE(rel_error(rope_backward(rope_forward(x, tab, 5), tab, 5), x) < 1e-15);
 }
 
 TEST_CASE("rope dot products depend only on the distance between the two positions", "[rope][cpu]") {
@@ -107,17 +97,17 @@ TEST_CASE("rotate-half equals the interleaved convention under the converter's r
   const RopeTable tab = rope_table(10000.0, D, 64, std::nullopt, Device::cpu());
   Tensor x = random_tensor({2, 37, 3, D}, 7);
   Tensor half = rope_forward(permute_meta_to_half(x), tab, 0);
-  REQUIRE(rel_diff(half, permute_meta_to_half(rope_interleaved(x, tab.inv_freq))) < 1e-15);
+  REQUIRE(rel_error(half, permute_meta_to_half(rope_interleaved(x, tab.inv_freq))) < 1e-15);
   // Without the permutation the two conventions differ.
-  REQUIRE(rel_diff(rope_forward(x, tab, 0), rope_interleaved(x, tab.inv_freq)) > 0.1);
+  REQUIRE(rel_error(rope_forward(x, tab, 0), rope_interleaved(x, tab.inv_freq)) > 0.1);
 }
 
 TEST_CASE("partial rotary turns the first rope_dim dims and passes the others through", "[rope][cpu]") {
   const RopeTable tab = rope_table(10000.0, 4, 64, std::nullopt, Device::cpu());
   Tensor x = random_tensor({2, 37, 3, 10}, 8);
   Tensor y = rope_forward(x, tab, 3);
-  REQUIRE(rel_diff(y.narrow(3, 4, 6).contiguous(), x.narrow(3, 4, 6).contiguous()) == 0.0);
-  REQUIRE(rel_diff(y.narrow(3, 0, 4).contiguous(), rope_forward(x.narrow(3, 0, 4), tab, 3)) == 0.0);
+  REQUIRE(rel_error(y.narrow(3, 4, 6).contiguous(), x.narrow(3, 4, 6).contiguous()) == 0.0);
+  REQUIRE(rel_error(y.narrow(3, 0, 4).contiguous(), rope_forward(x.narrow(3, 0, 4), tab, 3)) == 0.0);
 }
 
 TEST_CASE("rope gradients match finite differences, with partial rotary and an offset", "[rope][cpu][grad]") {
@@ -153,7 +143,7 @@ TEST_CASE("the f32 path agrees with the f64 path, inside and past the end of the
   Tensor y64 = rope_forward(x, small, 2);
   Tensor y32 = rope_forward(x.to(DType::f32), small, 2);
   REQUIRE(y32.dtype() == DType::f32);
-  REQUIRE(rel_diff(y32, y64) < 1e-6);
+  REQUIRE(rel_error(y32, y64) < 1e-6);
 }
 
 TEST_CASE("llama3 scaling keeps high frequencies, divides low ones by the factor, and is continuous",

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "autograd/gradcheck.h"
+#include "compare.h"
 #include "core/rng.h"
 #include "layers/norm/l2norm_op.h"
 #include "layers/norm/rmsnorm_op.h"
@@ -29,17 +30,6 @@ struct Inputs {
 Inputs random_inputs(const Case& c, uint64_t seed, DType dt = DType::f64) {
   return {random_tensor({c.B, c.T, c.Hq, c.D}, seed, dt), random_tensor({c.B, c.T, c.Hkv, c.D}, seed + 1, dt),
           random_tensor({c.B, c.T, c.Hkv, c.Dv}, seed + 2, dt)};
-}
-
-double rel_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  double dn = 0, rn = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    dn += (x[i] - y[i]) * (x[i] - y[i]);
-    rn += y[i] * y[i];
-  }
-  return std::sqrt(dn / std::max(rn, 1e-300));
 }
 
 bool all_zero(const Tensor& t) {
@@ -180,13 +170,13 @@ TEST_CASE("a per-head scale vector with equal entries equals the scalar scale", 
   AttentionParams vec;
   vec.scale_h = Tensor::full({4}, 0.37, DType::f64);
   ForwardBackward a = run(in.q, in.k, in.v, scalar, dout), b = run(in.q, in.k, in.v, vec, dout);
-  REQUIRE(rel_diff(b.out.o, a.out.o) < 1e-14);
-  REQUIRE(rel_diff(b.out.lse, a.out.lse) < 1e-14);
-  REQUIRE(rel_diff(b.grads.dq, a.grads.dq) < 1e-14);
+  REQUIRE(rel_error(b.out.o, a.out.o) < 1e-14);
+  REQUIRE(rel_error(b.out.lse, a.out.lse) < 1e-14);
+  REQUIRE(rel_error(b.grads.dq, a.grads.dq) < 1e-14);
   // The default scale is 1/sqrt(D) of q/k, not of v.
   AttentionParams dflt;
   scalar.scale = 1 / std::sqrt(12.0);
-  REQUIRE(rel_diff(attention_forward(in.q, in.k, in.v, dflt, nullptr).o,
+  REQUIRE(rel_error(attention_forward(in.q, in.k, in.v, dflt, nullptr).o,
                    attention_forward(in.q, in.k, in.v, scalar, nullptr).o) < 1e-15);
 }
 
@@ -203,11 +193,11 @@ TEST_CASE("window >= T, sinks >= T and sinks without a window all equal full cau
         p.sinks = sinks;
         const ForwardBackward r = run(in.q, in.k, in.v, p, dout, dlse);
         INFO("window " << window << " sinks " << sinks);
-        CHECK(rel_diff(r.out.o, full.out.o) < 1e-14);
-        CHECK(rel_diff(r.out.lse, full.out.lse) < 1e-14);
-        CHECK(rel_diff(r.grads.dq, full.grads.dq) < 1e-14);
-        CHECK(rel_diff(r.grads.dk, full.grads.dk) < 1e-14);
-        CHECK(rel_diff(r.grads.dv, full.grads.dv) < 1e-14);
+        CHECK(rel_error(r.out.o, full.out.o) < 1e-14);
+        CHECK(rel_error(r.out.lse, full.out.lse) < 1e-14);
+        CHECK(rel_error(r.grads.dq, full.grads.dq) < 1e-14);
+        CHECK(rel_error(r.grads.dk, full.grads.dk) < 1e-14);
+        CHECK(rel_error(r.grads.dv, full.grads.dv) < 1e-14);
       };
       same_as_full(T, 0);
       same_as_full(T + 5, 3);
@@ -221,7 +211,7 @@ TEST_CASE("window >= T, sinks >= T and sinks without a window all equal full cau
     Inputs in = random_inputs(c, 79);
     AttentionParams p;
     p.window = 36;
-    REQUIRE(rel_diff(attention_forward(in.q, in.k, in.v, p, nullptr).o,
+    REQUIRE(rel_error(attention_forward(in.q, in.k, in.v, p, nullptr).o,
                      attention_forward(in.q, in.k, in.v, AttentionParams{}, nullptr).o) > 1e-6);
   }
 }
@@ -243,7 +233,7 @@ TEST_CASE("window 1 returns v of the query's kv head, zero dq and dk, and dv sum
       REQUIRE(all_zero(r.grads.dq));
       REQUIRE(all_zero(r.grads.dk));
       // On the f32 path P is rebuilt from the f32-rounded lse, so it is 1 only to f32 precision.
-      REQUIRE(rel_diff(r.grads.dv, sum_groups(dout, 3)) < (dt == DType::f64 ? 1e-15 : 1e-6));
+      REQUIRE(rel_error(r.grads.dv, sum_groups(dout, 3)) < (dt == DType::f64 ? 1e-15 : 1e-6));
     }
   }
 }
@@ -260,11 +250,11 @@ TEST_CASE("GQA equals MHA on k and v repeated over each group, with dk and dv su
       p.sinks = 2;
       const ForwardBackward gqa = run(in.q, in.k, in.v, p, dout, dlse);
       const ForwardBackward mha = run(in.q, repeat_heads(in.k, G), repeat_heads(in.v, G), p, dout, dlse);
-      REQUIRE(rel_diff(gqa.out.o, mha.out.o) < 1e-14);
-      REQUIRE(rel_diff(gqa.out.lse, mha.out.lse) < 1e-14);
-      REQUIRE(rel_diff(gqa.grads.dq, mha.grads.dq) < 1e-14);
-      REQUIRE(rel_diff(gqa.grads.dk, sum_groups(mha.grads.dk, G)) < 1e-14);
-      REQUIRE(rel_diff(gqa.grads.dv, sum_groups(mha.grads.dv, G)) < 1e-14);
+      REQUIRE(rel_error(gqa.out.o, mha.out.o) < 1e-14);
+      REQUIRE(rel_error(gqa.out.lse, mha.out.lse) < 1e-14);
+      REQUIRE(rel_error(gqa.grads.dq, mha.grads.dq) < 1e-14);
+      REQUIRE(rel_error(gqa.grads.dk, sum_groups(mha.grads.dk, G)) < 1e-14);
+      REQUIRE(rel_error(gqa.grads.dv, sum_groups(mha.grads.dv, G)) < 1e-14);
     }
   }
 }
@@ -297,8 +287,8 @@ TEST_CASE("attention over two disjoint key sets merged through lse equals attent
       o[at] = std::exp(la[size_t(bh)] - L) * oa[at] + std::exp(lb[size_t(bh)] - L) * ob[at];
     }
   }
-  REQUIRE(rel_diff(Tensor::from_vector(lse, {B, Hq, 1}), all.lse) < 1e-14);
-  REQUIRE(rel_diff(Tensor::from_vector(o, {B, 1, Hq, D}), all.o) < 1e-14);
+  REQUIRE(rel_error(Tensor::from_vector(lse, {B, Hq, 1}), all.lse) < 1e-14);
+  REQUIRE(rel_error(Tensor::from_vector(o, {B, 1, Hq, D}), all.o) < 1e-14);
 }
 
 TEST_CASE("queries aligned bottom-right reproduce the last rows of the full attention", "[attention][cpu]") {
@@ -313,8 +303,8 @@ TEST_CASE("queries aligned bottom-right reproduce the last rows of the full atte
     DYNAMIC_SECTION("Tq" << Tq) {
       Tensor q_tail = in.q.narrow(1, 45 - Tq, Tq);
       const AttentionOutputs r = attention_forward(q_tail, in.k, in.v, p, nullptr);
-      REQUIRE(rel_diff(r.o, full.out.o.narrow(1, 45 - Tq, Tq).contiguous()) < 1e-15);
-      REQUIRE(rel_diff(r.lse, full.out.lse.narrow(2, 45 - Tq, Tq).contiguous()) < 1e-15);
+      REQUIRE(rel_error(r.o, full.out.o.narrow(1, 45 - Tq, Tq).contiguous()) < 1e-15);
+      REQUIRE(rel_error(r.lse, full.out.lse.narrow(2, 45 - Tq, Tq).contiguous()) < 1e-15);
     }
   }
 }
@@ -333,11 +323,11 @@ TEST_CASE("q, k and v as strided views into one fused QKV buffer give the contig
       p.sinks = 1;
       const ForwardBackward strided = run(q, k, v, p, dout);
       const ForwardBackward dense = run(q.contiguous(), k.contiguous(), v.contiguous(), p, dout.contiguous());
-      REQUIRE(rel_diff(strided.out.o, dense.out.o) == 0.0);
-      REQUIRE(rel_diff(strided.out.lse, dense.out.lse) == 0.0);
-      REQUIRE(rel_diff(strided.grads.dq, dense.grads.dq) == 0.0);
-      REQUIRE(rel_diff(strided.grads.dk, dense.grads.dk) == 0.0);
-      REQUIRE(rel_diff(strided.grads.dv, dense.grads.dv) == 0.0);
+      REQUIRE(rel_error(strided.out.o, dense.out.o) == 0.0);
+      REQUIRE(rel_error(strided.out.lse, dense.out.lse) == 0.0);
+      REQUIRE(rel_error(strided.grads.dq, dense.grads.dq) == 0.0);
+      REQUIRE(rel_error(strided.grads.dk, dense.grads.dk) == 0.0);
+      REQUIRE(rel_error(strided.grads.dv, dense.grads.dv) == 0.0);
     }
   }
 }
@@ -383,11 +373,11 @@ TEST_CASE("the f32 path agrees with the f64 path", "[attention][cpu]") {
                                   dout.to(DType::f32), dlse.to(DType::f32));
   REQUIRE(r32.out.o.dtype() == DType::f32);
   REQUIRE(r32.out.lse.dtype() == DType::f32);
-  REQUIRE(rel_diff(r32.out.o, r64.out.o) < 1e-6);
-  REQUIRE(rel_diff(r32.out.lse, r64.out.lse) < 1e-6);
-  REQUIRE(rel_diff(r32.grads.dq, r64.grads.dq) < 1e-5);
-  REQUIRE(rel_diff(r32.grads.dk, r64.grads.dk) < 1e-5);
-  REQUIRE(rel_diff(r32.grads.dv, r64.grads.dv) < 1e-5);
+  REQUIRE(rel_error(r32.out.o, r64.out.o) < 1e-6);
+  REQUIRE(rel_error(r32.out.lse, r64.out.lse) < 1e-6);
+  REQUIRE(rel_error(r32.grads.dq, r64.grads.dq) < 1e-5);
+  REQUIRE(rel_error(r32.grads.dk, r64.grads.dk) < 1e-5);
+  REQUIRE(rel_error(r32.grads.dv, r64.grads.dv) < 1e-5);
 }
 
 TEST_CASE("two cpu backward runs are bitwise identical", "[attention][cpu]") {
@@ -397,9 +387,9 @@ TEST_CASE("two cpu backward runs are bitwise identical", "[attention][cpu]") {
   AttentionParams p;
   p.deterministic = true;
   const ForwardBackward a = run(in.q, in.k, in.v, p, dout), b = run(in.q, in.k, in.v, p, dout);
-  REQUIRE(rel_diff(a.grads.dq, b.grads.dq) == 0.0);
-  REQUIRE(rel_diff(a.grads.dk, b.grads.dk) == 0.0);
-  REQUIRE(rel_diff(a.grads.dv, b.grads.dv) == 0.0);
+  REQUIRE(rel_error(a.grads.dq, b.grads.dq) == 0.0);
+  REQUIRE(rel_error(a.grads.dk, b.grads.dk) == 0.0);
+  REQUIRE(rel_error(a.grads.dv, b.grads.dv) == 0.0);
 }
 
 TEST_CASE("the qk-norm path (per-head RMSNorm with gains, then RoPE) has gradients matching finite differences",
@@ -477,10 +467,10 @@ TEST_CASE("scaled-cosine attention is invariant to scaling any q or k vector and
     for (double& e : y) e *= cs[i];
     kv.copy_(Tensor::from_vector(y, {10}));
   }
-  REQUIRE(rel_diff(q2, in.q) > 1e-3);
+  REQUIRE(rel_error(q2, in.q) > 1e-3);
   const AttentionOutputs scaled = cosine_o(q2, k2);
-  REQUIRE(rel_diff(scaled.o, base.o) < 1e-14);
-  REQUIRE(rel_diff(scaled.lse, base.lse) < 1e-14);
+  REQUIRE(rel_error(scaled.o, base.o) < 1e-14);
+  REQUIRE(rel_error(scaled.lse, base.lse) < 1e-14);
   // |s_ij| = tau_h |<q̂_i, k̂_j>| <= tau_h: lse_i is at most tau_h + log(number of visible keys).
   std::vector<double> lse = base.lse.to_double_vector();
   for (int64_t b = 0; b < 2; ++b)
