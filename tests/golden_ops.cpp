@@ -1,0 +1,66 @@
+// The golden-op table: one function and one table line per op family (golden_ops.h).
+#include "golden_ops.h"
+
+#include <iterator>
+
+#include "layers/softmax_attention/attention_op.h"
+
+namespace hyb {
+
+const Var& GoldenCase::input(const std::string& name) const {
+  auto it = inputs.find(name);
+  HYB_CHECK(it != inputs.end(), file.path, ": no input tensor in.", name);
+  return it->second;
+}
+
+const std::string& GoldenCase::meta(const std::string& key) const {
+  auto it = file.metadata.find(key);
+  HYB_CHECK(it != file.metadata.end(), file.path, ": __metadata__ has no key ", key);
+  return it->second;
+}
+
+double GoldenCase::meta_double(const std::string& key) const {
+  const std::string& s = meta(key);
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(str_cat(file.path, ": __metadata__.", key, ": expected a number, got \"", s, "\""));
+}
+
+int64_t GoldenCase::meta_int(const std::string& key) const {
+  const std::string& s = meta(key);
+  try {
+    size_t used = 0;
+    long long v = std::stoll(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(str_cat(file.path, ": __metadata__.", key, ": expected an integer, got \"", s, "\""));
+}
+
+namespace {
+
+// Masked-softmax attention (README "attention"): causal, window counting the current token.
+GoldenOutputs golden_attention(const GoldenCase& c) {
+  AttentionParams p;
+  p.scale = c.meta_double("scale");
+  p.window = c.meta_int("window");
+  return {{"o", attention(c.input("q"), c.input("k"), c.input("v"), p)}};
+}
+
+const GoldenOp kGoldenOps[] = {
+    {"attention", golden_attention},
+};
+
+}  // namespace
+
+const GoldenOp* find_golden_op(const std::string& name) {
+  for (const GoldenOp& op : kGoldenOps)
+    if (name == op.name) return &op;
+  return nullptr;
+}
+
+}  // namespace hyb
