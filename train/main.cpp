@@ -9,10 +9,12 @@
 
 namespace hyb {
 int cmd_plot(Args& args);
+int cmd_tokenize(Args& args);
 
 const CliCommand kCommands[] = {
     {"help", "list the commands", nullptr},
     {"plot", "draw train/val loss curves of a metrics.jsonl as SVG", cmd_plot},
+    {"tokenize", "text to llm.c token shards and a manifest (--preset tinyshakespeare|brown or --input FILE...)", cmd_tokenize},
 };
 }  // namespace hyb
 
