@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 namespace hyb {
@@ -145,6 +147,12 @@ struct AtomicFile {
 };
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HYB_CHECK(in, path, ": cannot open: ", std::strerror(errno));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   AtomicFile f(path);

@@ -32,5 +32,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 // Writes bytes to path via path.tmp + fsync + rename (also used for JSON state files).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 void fsync_directory(const std::string& dir);
+// The whole file as bytes; an error names the file.
+std::string read_file(const std::string& path);
 
 }  // namespace hyb

@@ -6,12 +6,12 @@
 // looks at that pair after the round.
 #include "data/gpt2_bpe.h"
 
-#include <fstream>
-#include <iterator>
+#include <array>
 #include <nlohmann/json.hpp>
 #include <queue>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "data/gpt2_pretokenize.h"
 #include "data/utf8.h"
 
@@ -28,12 +28,6 @@ std::array<int, 324> unicode_to_byte() {
   int extra = 0;
   for (int b = 0; b < 256; ++b) t[printable(b) ? b : 256 + extra++] = b;
   return t;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HYB_CHECK(in, path, ": cannot open");
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace

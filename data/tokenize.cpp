@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
@@ -24,11 +23,6 @@ void append_checked(const std::vector<int32_t>& ids, std::vector<uint16_t>& out)
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HYB_CHECK(in, path, ": cannot open");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 nlohmann::json describe_source(const std::string& name, std::string_view bytes) {
   return {{"path", name}, {"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
@@ -61,7 +55,7 @@ void append_documents(Tokenizer& tok, const std::vector<std::string_view>& docs,
 
 std::vector<TokenSplit> preset_splits(const std::string& preset, Tokenizer& tok, nlohmann::json* source) {
   if (preset == "tinyshakespeare") {
-    const std::string text = read_text_file(find_data_path("tinyshakespeare/input.txt"));
+    const std::string text = read_file(find_data_path("tinyshakespeare/input.txt"));
     if (source) *source = describe_source("data/tinyshakespeare/input.txt", text);
     std::vector<int32_t> ids = tok.encode(text);  // the whole file at once, no end-of-text
     std::vector<uint16_t> all;
@@ -70,7 +64,7 @@ std::vector<TokenSplit> preset_splits(const std::string& preset, Tokenizer& tok,
     return {{"ts.train", {all.begin(), all.begin() + std::ptrdiff_t(cut)}}, {"ts.val", {all.begin() + std::ptrdiff_t(cut), all.end()}}};
   }
   if (preset == "brown") {
-    const std::string text = read_text_file(find_data_path("brown/brown.txt"));
+    const std::string text = read_file(find_data_path("brown/brown.txt"));
     if (source) *source = describe_source("data/brown/brown.txt", text);
     std::vector<std::string_view> samples;  // Python's text.split("\n\n")
     for (size_t start = 0;;) {
