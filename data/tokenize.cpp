@@ -103,7 +103,8 @@ void tokenize_file(const std::string& path, Tokenizer& tok, std::vector<uint16_t
   std::ifstream in(path, std::ios::binary);
   HYB_CHECK(in, path, ": cannot open");
   in.seekg(0, std::ios::end);
-  const double total_mb = double(in.tellg()) / 1e6;
+  const int64_t file_bytes = int64_t(in.tellg());
+  const double total_mb = double(file_bytes) / 1e6;
   in.seekg(0);
   const auto t0 = std::chrono::steady_clock::now();
   double last_log = 0;
@@ -114,8 +115,10 @@ void tokenize_file(const std::string& path, Tokenizer& tok, std::vector<uint16_t
   auto printable = [](char c) { return c > ' ' && c < 0x7F; };
   for (bool eof = false; !eof;) {
     const size_t old = buf.size();
-    buf.resize(old + chunk_bytes);
-    in.read(buf.data() + old, std::streamsize(chunk_bytes));
+    // One byte more than the file still holds (if that is less than a chunk), so a short read sees the end.
+    const size_t want = std::min<size_t>(chunk_bytes, size_t(std::max<int64_t>(file_bytes - bytes, 0)) + 1);
+    buf.resize(old + want);
+    in.read(buf.data() + old, std::streamsize(want));
     buf.resize(old + size_t(in.gcount()));
     hash.update(buf.data() + old, buf.size() - old);
     bytes += int64_t(buf.size() - old);
