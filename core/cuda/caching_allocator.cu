@@ -71,8 +71,9 @@ class CudaCachingAllocator final : public Allocator {
       pool.erase(it);
     } else {
       const size_t segment = small ? kSegment : round_up(size, kSegment);
+      char* p = device_malloc(segment, bytes);
       b = new Block;
-      b->ptr = device_malloc(segment, bytes);
+      b->ptr = p;
       b->size = segment;
       b->small = small;
     }
