@@ -37,6 +37,9 @@ std::string str_cat(const Args&... args) {
   return os.str();
 }
 
+// A byte count for messages: "512 B", "1.50 MiB", "1.00 PiB".
+std::string format_bytes(uint64_t bytes);
+
 [[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);
 
 }  // namespace hyb

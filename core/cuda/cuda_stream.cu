@@ -1,0 +1,83 @@
+// The runtime's streams, one per (device, role), created lazily under a lock.
+#include "core/cuda/cuda_stream.h"
+
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
+
+namespace hyb {
+namespace {
+
+constexpr int kStreamRoles = 1;  // entries of StreamRole
+
+struct StreamTable {
+  std::mutex mutex;
+  std::vector<cudaStream_t> streams;  // [device * kStreamRoles + role], null until first use
+};
+
+StreamTable& stream_table() {
+  static StreamTable* table = new StreamTable;  // leaked on purpose: see the header
+  return *table;
+}
+
+}  // namespace
+
+cudaStream_t cuda_stream(int device, StreamRole role) {
+  check_cuda_device(device, "cuda_stream");
+  StreamTable& t = stream_table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  if (t.streams.empty()) t.streams.assign(size_t(cuda_device_count()) * kStreamRoles, nullptr);
+  cudaStream_t& s = t.streams[size_t(device) * kStreamRoles + size_t(role)];
+  if (!s) {
+    CudaDeviceGuard guard(device);
+    HYB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  return s;
+}
+
+void cuda_synchronize(int device) {
+  for (int r = 0; r < kStreamRoles; ++r) HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole(r))));
+}
+
+CudaEvent::CudaEvent(bool timing) {
+  HYB_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_) cudaEventDestroy(event_);
+}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& o) noexcept {
+  if (this != &o) {
+    if (event_) cudaEventDestroy(event_);
+    event_ = o.event_;
+    o.event_ = nullptr;
+  }
+  return *this;
+}
+
+void CudaEvent::record(cudaStream_t stream) { HYB_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+
+void CudaEvent::block(cudaStream_t stream) const { HYB_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0)); }
+
+bool CudaEvent::query() const {
+  cudaError_t err = cudaEventQuery(event_);
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  HYB_CUDA_CHECK(err);
+  return true;
+}
+
+void CudaEvent::synchronize() const { HYB_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+float CudaEvent::elapsed_ms(const CudaEvent& end) const {
+  float ms = 0;
+  HYB_CUDA_CHECK(cudaEventElapsedTime(&ms, event_, end.event_));
+  return ms;
+}
+
+}  // namespace hyb

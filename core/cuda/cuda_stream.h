@@ -1,0 +1,43 @@
+// Streams owned by the runtime: one set per device, made on first use and never destroyed (at exit
+// the driver tears them down; destroying them from static destructors races that teardown). Every
+// kernel, copy and GEMM runs on the device's compute stream, so work on one device is ordered and the
+// caching allocator can hand a freed block to the next request at once. Other roles (the NCCL
+// communication stream) join StreamRole and meet the compute stream through CudaEvent.
+//   cudaStream_t s = current_stream(t.device().index);
+//   CudaEvent done; done.record(s); done.block(cuda_stream(d, StreamRole::compute));
+#pragma once
+#include <cuda_runtime_api.h>
+
+namespace hyb {
+
+enum class StreamRole { compute };
+
+// Non-blocking with respect to the legacy default stream, so stray default-stream work never serialises us.
+cudaStream_t cuda_stream(int device, StreamRole role);
+inline cudaStream_t current_stream(int device) { return cuda_stream(device, StreamRole::compute); }
+
+// Waits for everything queued on the device's runtime streams.
+void cuda_synchronize(int device);
+
+// A CUDA event that owns its handle. Without timing by default: recording then costs no clock read.
+class CudaEvent {
+ public:
+  explicit CudaEvent(bool timing = false);
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& o) noexcept : event_(o.event_) { o.event_ = nullptr; }
+  CudaEvent& operator=(CudaEvent&& o) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void record(cudaStream_t stream);
+  void block(cudaStream_t stream) const;  // work queued on `stream` later waits for this event
+  bool query() const;                     // true once the recorded work has finished
+  void synchronize() const;
+  float elapsed_ms(const CudaEvent& end) const;  // both made with timing = true
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace hyb
