@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "core/cuda/device_props.h"
+#include "core/cuda/cuda_device.h"
 #include "kernels/cuda_dispatch.cuh"
 
 namespace hyb {

@@ -5,7 +5,7 @@
 #include <cub/device/device_run_length_encode.cuh>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "layers/embedding/embedding_op.h"
 

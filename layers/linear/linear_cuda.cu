@@ -1,7 +1,7 @@
 // CUDA bias helpers of the linear op: y += b over rows, and db = column sums of dy in a fixed order
 // (one thread per column walks the rows: deterministic, and dy is read once, coalesced across columns).
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "layers/linear/linear_cuda.h"
 

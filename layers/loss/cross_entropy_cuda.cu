@@ -5,7 +5,7 @@
 #include <cfloat>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
 #include "layers/loss/cross_entropy_op.h"

@@ -1,6 +1,6 @@
 // CUDA SwiGLU gate (swiglu_op.h has the math): elementwise, grid-stride, fp32 math.
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "layers/mlp/swiglu_op.h"
 

@@ -1,6 +1,6 @@
 // CUDA L2 normalization per vector (l2norm_op.h): one warp per row, fp32 statistics.
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
 #include "layers/norm/l2norm_op.h"

@@ -3,7 +3,7 @@
 // Statistics in fp32. The weight gradient is reduced deterministically: each block sums its rows
 // into one fp32 partial row, then a second kernel adds the partials in block order.
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
 #include "layers/norm/rmsnorm_op.h"

@@ -1,7 +1,7 @@
 // CUDA RoPE (rope_op.h): one thread per rotated pair (i, i + R/2) of one head vector, reading the
 // f32 cos/sin table; pass-through dims are copied. x (B, T, H, D) with any strides on B, T, H.
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "layers/rope/rope_op.h"
 

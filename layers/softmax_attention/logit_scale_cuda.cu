@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "layers/softmax_attention/attention_cuda.h"
 
