@@ -1,0 +1,28 @@
+#include <catch2/catch.hpp>
+
+#include "autograd/gradcheck.h"
+#include "layers/norm/l2norm_op.h"
+#include "layers/norm/rmsnorm_op.h"
+#include "parity.h"
+
+using namespace hyb;
+
+TEST_CASE("rmsnorm on cuda matches the cpu reference, output and both gradients", "[rmsnorm][gpu]") {
+  for (int64_t C : {7, 64, 768, 1000}) {
+    DYNAMIC_SECTION("rows 333 C " << C) {
+      auto r = cuda_parity([](const std::vector<Var>& x) { return std::vector<Var>{rmsnorm(x[0], x[1], 1e-5)}; },
+                           {random_tensor({3, 111, C}, 1, DType::f64, 2.0), random_tensor({C}, 2, DType::f64, 0.3, 1.0)});
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("l2norm on cuda matches the cpu reference for both eps rules", "[l2norm][gpu]") {
+  for (auto mode : {L2NormEps::clamp, L2NormEps::in_sqrt}) {
+    auto r = cuda_parity([&](const std::vector<Var>& x) { return std::vector<Var>{l2norm(x[0], mode == L2NormEps::clamp ? 1e-12 : 1e-6, mode)}; },
+                         {random_tensor({2, 37, 3, 60}, 3)});
+    INFO(r.report);
+    REQUIRE(r.ok);
+  }
+}
