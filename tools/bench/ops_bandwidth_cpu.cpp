@@ -4,6 +4,7 @@
 // Build and run:  cmake --build build --target ops_bandwidth_cpu && OMP_NUM_THREADS=2 build/ops_bandwidth_cpu
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -55,6 +56,11 @@ int main() {
       for (int64_t i = lo; i < hi; ++i) op[i] = xp[i] / (1.0f + exp_cpu(-xp[i]));
     });
   });
+  const double silu_libm = best_time(20, [&] {
+    parallel_for(n, 1 << 15, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) op[i] = xp[i] / (1.0f + std::exp(-xp[i]));
+    });
+  });
   const double copy_new = best_time(20, [&] { x.clone(); });
   const double silu_new = best_time(20, [&] { unary_forward(UnaryOp::silu, x); });
   const double sigmoid_new = best_time(20, [&] { unary_forward(UnaryOp::sigmoid, x); });
@@ -62,6 +68,7 @@ int main() {
 
   report("copy into an existing buffer", copy_pre, bytes, copy_pre);
   report("silu loop into an existing buffer", silu_pre, bytes, copy_pre);
+  report("same loop with glibc expf (scalar)", silu_libm, bytes, copy_pre);
   report("clone (fresh output)", copy_new, bytes, copy_new);
   report("unary_forward silu (fresh output)", silu_new, bytes, copy_new);
   report("unary_forward sigmoid (fresh output)", sigmoid_new, bytes, copy_new);
