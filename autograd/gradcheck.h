@@ -28,6 +28,13 @@ struct GradcheckResult {
 using GradcheckFn = std::function<std::vector<Var>(const std::vector<Var>&)>;
 GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
 
+// The same check on leaves that already exist (a module's f64 parameters): fn reads them, and
+// their data is perturbed in place, one element at a time. Their .grad is overwritten.
+//   ParameterScope f64(Device::cpu(), DType::f64);  Block block(...);  block.initialize(1);
+//   auto r = gradcheck_leaves([&] { return std::vector<Var>{block.forward(x)}; }, leaves_of(block));
+GradcheckResult gradcheck_leaves(const std::function<std::vector<Var>()>& fn, const std::vector<Var>& leaves,
+                                 const std::vector<std::string>& names, const GradcheckOptions& opt = {});
+
 // Random N(0, 1) tensor from a Philox stream, for tests (never zeros).
 Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f64, double std = 1.0, double mean = 0.0);
 

@@ -1,15 +1,23 @@
 #include "layers/module.h"
 
+#include "autograd/ops/cast.h"
 #include "core/rng.h"
 
 namespace hyb {
 
 namespace {
 thread_local Device g_param_device = Device::cpu();
+thread_local DType g_param_dtype = DType::f32;
 }  // namespace
 
-ParameterDeviceScope::ParameterDeviceScope(Device device) : prev_(g_param_device) { g_param_device = device; }
-ParameterDeviceScope::~ParameterDeviceScope() { g_param_device = prev_; }
+ParameterScope::ParameterScope(Device device, DType dtype) : prev_device_(g_param_device), prev_dtype_(g_param_dtype) {
+  g_param_device = device;
+  g_param_dtype = dtype;
+}
+ParameterScope::~ParameterScope() {
+  g_param_device = prev_device_;
+  g_param_dtype = prev_dtype_;
+}
 
 static std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
@@ -21,7 +29,7 @@ Var Module::register_parameter(const std::string& name, const Shape& shape, Para
 
 Var Module::register_parameter(const std::string& name, const Shape& shape, ParamInit init, bool decay) {
   for (const Parameter& p : params_) HYB_ASSERT(p.name != name, "parameter ", name, " registered twice");
-  Var v(Tensor::empty(shape, DType::f32, g_param_device), true, name);
+  Var v(Tensor::empty(shape, g_param_dtype, g_param_device), true, name);
   params_.push_back({name, v, std::move(init), decay});
   return v;
 }
@@ -63,9 +71,8 @@ void Module::set_training(bool on) {
 }
 
 Var Module::compute_view(const Var& param, DType dtype) {
-  HYB_CHECK(param.dtype() == dtype, "compute_view: parameter ", param.name(), " is ", dtype_name(param.dtype()),
-            " but the computation is ", dtype_name(dtype));
-  return param;
+  if (param.dtype() == dtype) return param;
+  return cast(param, dtype);
 }
 
 }  // namespace hyb

@@ -4,7 +4,7 @@
 // through compute_view(), a cast op whose backward returns an f32 gradient.
 // Initial values come from each parameter's own Philox stream keyed by (seed, full name), so they
 // do not depend on construction order (config.md 3.8). Parameters are allocated once, on the
-// device of the enclosing ParameterDeviceScope, and only ever updated in place afterwards
+// device of the enclosing ParameterScope, and only ever updated in place afterwards
 // (optimizer steps, checkpoint loads), so every copy of a parameter's Var stays valid.
 //   class Mlp : public Module {
 //     Mlp() { up_ = register_module("up_proj", std::make_unique<Linear>(64, 256, false, ParamInit::normal(0.02))); }
@@ -49,16 +49,18 @@ struct NamedParameter {
   bool decay;
 };
 
-// Parameters registered while this scope is alive are allocated on `device` (default: cpu).
-class ParameterDeviceScope {
+// Parameters registered while this scope is alive are allocated on `device` with `dtype` (default:
+// cpu, f32; tests build f64 modules to check gradients by finite differences).
+class ParameterScope {
  public:
-  explicit ParameterDeviceScope(Device device);
-  ~ParameterDeviceScope();
-  ParameterDeviceScope(const ParameterDeviceScope&) = delete;
-  ParameterDeviceScope& operator=(const ParameterDeviceScope&) = delete;
+  explicit ParameterScope(Device device, DType dtype = DType::f32);
+  ~ParameterScope();
+  ParameterScope(const ParameterScope&) = delete;
+  ParameterScope& operator=(const ParameterScope&) = delete;
 
  private:
-  Device prev_;
+  Device prev_device_;
+  DType prev_dtype_;
 };
 
 class Module {

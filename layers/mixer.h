@@ -1,0 +1,32 @@
+// A token mixer: the sublayer a layer family contributes to a block, (B, T, C) -> (B, T, C).
+// Families implement this and add one line to layers/registry.cpp.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "layers/module.h"
+
+namespace hyb {
+
+// What a family needs to know about the model around it when it builds its mixer.
+struct MixerContext {
+  int64_t d_model = 0;
+  int64_t num_layers = 0;
+  int64_t layer_index = 0;
+  int64_t max_seq_len = 0;
+  double init_std = 0.02;
+  std::string init = "family";  // config.md 3.8: "family" or "gpt2"
+  // std of projections that write into the residual stream: init_std / sqrt(2 L)
+  double residual_std() const;
+};
+
+class Mixer : public Module {
+ public:
+  virtual Var forward(const Var& x) = 0;
+};
+
+}  // namespace hyb
+
+namespace hyb {
+// Builds the mixer of a resolved mixer object through the registry (layers/registry.cpp).
+std::unique_ptr<Mixer> make_mixer(const nlohmann::json& mixer, const MixerContext& ctx);
+}  // namespace hyb

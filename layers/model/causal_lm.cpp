@@ -1,0 +1,80 @@
+#include "layers/model/causal_lm.h"
+
+#include <cmath>
+
+#include "autograd/ops/binary.h"
+#include "autograd/ops/shape_ops.h"
+#include "autograd/ops/matmul.h"
+#include "layers/loss/cross_entropy_op.h"
+
+namespace hyb {
+
+double MixerContext::residual_std() const { return init_std / std::sqrt(2.0 * double(num_layers)); }
+
+Block::Block(const LayerSpec& spec, const ModelConfig& cfg, int64_t index) {
+  MixerContext ctx{cfg.d_model, int64_t(cfg.layers.size()), index, cfg.max_seq_len, cfg.init_std, cfg.init};
+  mixer_norm_ = register_module("mixer_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
+  mixer_ = register_module("mixer", make_mixer(spec.mixer, ctx));
+  if (spec.mlp_type == "swiglu") {
+    mlp_norm_ = register_module("mlp_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
+    mlp_ = register_module("mlp", std::make_unique<SwigluMlp>(cfg.d_model, spec.intermediate_size, cfg.init_std,
+                                                              ctx.residual_std()));
+  } else {
+    HYB_CHECK(spec.mlp_type == "none", "layer ", index, ": unknown mlp type \"", spec.mlp_type, "\"");
+  }
+}
+
+Var Block::forward(const Var& x) {
+  Var h;
+  {
+    ModuleScope scope("mixer");
+    h = add(x, mixer_->forward(mixer_norm_->forward(x)));
+  }
+  if (!mlp_) return h;
+  ModuleScope scope("mlp");
+  return add(h, mlp_->forward(mlp_norm_->forward(h)));
+}
+
+Backbone::Backbone(const ModelConfig& cfg) : cfg_(cfg) {
+  HYB_CHECK(!cfg.embed_scale_sqrt_d, "model.embed_scale: \"sqrt_d_model\" is not supported yet");
+  embeddings_ = register_module("embeddings", std::make_unique<Embedding>(cfg.vocab_size, cfg.d_model,
+                                                                          ParamInit::normal(cfg.init_std)));
+  auto layers = std::make_unique<ModuleList>();
+  for (size_t i = 0; i < cfg.layers.size(); ++i)
+    blocks_.push_back(layers->add(std::to_string(i), std::make_unique<Block>(cfg.layers[i], cfg, int64_t(i))));
+  register_module("layers", std::move(layers));
+  norm_ = register_module("norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
+}
+
+Var Backbone::forward(const Tensor& ids, DType compute) {
+  ModuleScope scope("model");
+  Var h = embeddings_->forward(ids, compute);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    ModuleScope layer_scope("layers." + std::to_string(i));
+    h = blocks_[i]->forward(h);
+  }
+  return norm_->forward(h);
+}
+
+CausalLM::CausalLM(ModelConfig cfg) : cfg_(std::move(cfg)) {
+  HYB_CHECK(cfg_.real_vocab >= 1 && cfg_.real_vocab <= cfg_.vocab_size, "model.vocab_size: expected at least the tokenizer's ",
+            cfg_.real_vocab, ", got ", cfg_.vocab_size);
+  model_ = register_module("model", std::make_unique<Backbone>(cfg_));
+  if (!cfg_.tie_embeddings)
+    lm_head_ = register_module("lm_head", std::make_unique<Linear>(cfg_.d_model, cfg_.vocab_size, false,
+                                                                   ParamInit::normal(cfg_.init_std)));
+}
+
+Var CausalLM::logits(const Tensor& ids, DType compute) {
+  Var h = model_->forward(ids, compute);
+  Var h2 = reshape(h, {-1, cfg_.d_model});
+  if (lm_head_) return lm_head_->forward(h2);
+  return matmul(h2, compute_view(model_->embeddings().weight(), compute), false, true);
+}
+
+Var CausalLM::loss(const Tensor& ids, const Tensor& targets, DType compute) {
+  Var z = logits(ids, compute);
+  return cross_entropy(z, targets.reshape({-1}), cfg_.real_vocab, -1);
+}
+
+}  // namespace hyb

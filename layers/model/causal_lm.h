@@ -1,0 +1,80 @@
+// The causal language model of every standard config (attention.md 7, config.md 3.2):
+//   h0 = E[tokens] (x sqrt(d_model) with embed_scale), L pre-norm blocks
+//   h = x + Mixer(RMSNorm(x)); y = h + MLP(RMSNorm(h)), a final RMSNorm, logits against E or lm_head.
+// Parameter names are config.md 3.9's (model.embeddings.weight, model.layers.{i}.mixer.*, ...).
+//   CausalLM lm(model_config);  lm.initialize(seed);
+//   Var loss = lm.loss(inputs, targets, DType::f32);
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "layers/embedding/embedding.h"
+#include "layers/mixer.h"
+#include "layers/mlp/mlp.h"
+#include "layers/norm/rmsnorm.h"
+
+namespace hyb {
+
+struct LayerSpec {
+  nlohmann::json mixer;             // resolved mixer object, with "type"
+  std::string mlp_type = "swiglu";  // "swiglu" or "none"
+  int64_t intermediate_size = 0;
+};
+
+struct ModelConfig {
+  int64_t vocab_size = 0;   // rows of the embedding (padded vocabulary)
+  int64_t real_vocab = 0;   // the tokenizer's vocabulary: the loss ignores logits above it
+  int64_t d_model = 0;
+  int64_t max_seq_len = 0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = true;
+  bool embed_scale_sqrt_d = false;
+  std::string init = "family";
+  double init_std = 0.02;
+  std::vector<LayerSpec> layers;
+};
+
+class Block : public Module {
+ public:
+  Block(const LayerSpec& spec, const ModelConfig& cfg, int64_t index);
+  Var forward(const Var& x);
+  Mixer& mixer() { return *mixer_; }
+
+ private:
+  RmsNorm* mixer_norm_;
+  Mixer* mixer_;
+  RmsNorm* mlp_norm_ = nullptr;
+  SwigluMlp* mlp_ = nullptr;
+};
+
+class Backbone : public Module {
+ public:
+  explicit Backbone(const ModelConfig& cfg);
+  Var forward(const Tensor& ids, DType compute);
+  Embedding& embeddings() { return *embeddings_; }
+  std::vector<Block*>& blocks() { return blocks_; }
+
+ private:
+  const ModelConfig& cfg_;
+  Embedding* embeddings_;
+  std::vector<Block*> blocks_;
+  RmsNorm* norm_;
+};
+
+class CausalLM : public Module {
+ public:
+  explicit CausalLM(ModelConfig cfg);
+  // ids (B, T) i32 -> logits (B*T, vocab_size) in `compute` dtype.
+  Var logits(const Tensor& ids, DType compute);
+  // Mean next-token loss over targets (B, T) i32 (ignore index -1).
+  Var loss(const Tensor& ids, const Tensor& targets, DType compute);
+  const ModelConfig& config() const { return cfg_; }
+  Backbone& backbone() { return *model_; }
+
+ private:
+  ModelConfig cfg_;
+  Backbone* model_;
+  Linear* lm_head_ = nullptr;
+};
+
+}  // namespace hyb

@@ -1,0 +1,35 @@
+#include "layers/registry.h"
+
+#include <algorithm>
+
+#include "layers/softmax_attention/attention.h"
+
+namespace hyb {
+
+namespace {
+const LayerEntry kLayers[] = {
+    {"attention", make_attention_mixer},
+};
+}  // namespace
+
+const LayerEntry* find_layer(const std::string& type) {
+  for (const LayerEntry& e : kLayers)
+    if (type == e.type) return &e;
+  return nullptr;
+}
+
+std::vector<std::string> layer_types() {
+  std::vector<std::string> out;
+  for (const LayerEntry& e : kLayers) out.push_back(e.type);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::unique_ptr<Mixer> make_mixer(const nlohmann::json& mixer, const MixerContext& ctx) {
+  const std::string type = mixer.at("type").get<std::string>();
+  const LayerEntry* e = find_layer(type);
+  HYB_CHECK(e, "layer ", ctx.layer_index, ": unknown mixer type \"", type, "\"");
+  return e->make_mixer(mixer, ctx);
+}
+
+}  // namespace hyb

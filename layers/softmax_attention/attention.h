@@ -1,0 +1,50 @@
+// The attention mixer (attention.md 6): q/k/v projections, optional per-head RMS qk-norm or
+// scaled-cosine logits, RoPE, the core op with window and sinks, and the output projection.
+// Parameter names follow FLA's Transformer: q_proj, k_proj, v_proj, o_proj, q_norm, k_norm,
+// logit_scale. Built from a resolved `attention` mixer object (attention.md 10).
+#pragma once
+#include <optional>
+
+#include "layers/linear/linear.h"
+#include "layers/mixer.h"
+#include "layers/rope/rope_op.h"
+#include "layers/softmax_attention/attention_op.h"
+
+namespace hyb {
+
+struct AttentionConfig {
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  bool qkv_bias = false, o_bias = false;
+  std::string qk_norm = "none";  // "none" | "rms"
+  double qk_norm_eps = 1e-5;
+  std::string logits = "dot";    // "dot" | "cosine"
+  std::optional<double> softmax_scale;
+  double cosine_logit_scale_init = 10.0, cosine_logit_scale_max = 100.0;
+  int64_t window = 0, sinks = 0;
+  bool rope = true;
+  double rope_theta = 10000.0;
+  int64_t rope_dim = 0;
+  std::optional<RopeScaling> rope_scaling;
+  int64_t max_position = 0;
+  bool deterministic = false;
+};
+
+// Reads a resolved mixer object (every key present, derived values written out).
+AttentionConfig attention_config_from_json(const nlohmann::json& mixer);
+
+class AttentionMixer : public Mixer {
+ public:
+  AttentionMixer(const AttentionConfig& cfg, const MixerContext& ctx);
+  Var forward(const Var& x) override;
+  const AttentionConfig& config() const { return cfg_; }
+
+ private:
+  AttentionConfig cfg_;
+  Linear *q_proj_, *k_proj_, *v_proj_, *o_proj_;
+  Var q_norm_, k_norm_, logit_scale_;
+  RopeTable rope_;  // built on first use on the activations' device
+};
+
+std::unique_ptr<Mixer> make_attention_mixer(const nlohmann::json& mixer, const MixerContext& ctx);
+
+}  // namespace hyb
