@@ -1,0 +1,197 @@
+// `hybrid bench ops [--filter NAME] [--reps N] [--out FILE.jsonl]`: times each CUDA kernel with CUDA
+// events (median of N runs after warm-up) and reports it against the two ceilings measured in the same
+// run: a large device-to-device copy (bytes read + written per second) and a large bf16 GEMM. Every case
+// states the bytes it must move and the FLOPs it must do (METHOD.md), so the table says how far each
+// kernel is from its floor. Inputs are random, never zeros.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "eval/records.h"
+#include "train/cli.h"
+
+#if HYBRID_CUDA
+#include "autograd/ops/matmul.h"
+#include "core/cuda/cuda_stream.h"
+#include "core/cuda/cuda_device.h"
+#include "layers/loss/cross_entropy_op.h"
+#include "layers/mlp/swiglu_op.h"
+#include "layers/norm/rmsnorm_op.h"
+#include "layers/rope/rope_op.h"
+#include "layers/softmax_attention/attention_op.h"
+#include "optim/adamw.h"
+#endif
+
+namespace hyb {
+
+#if HYBRID_CUDA
+namespace {
+
+struct BenchCase {
+  std::string name, shape;
+  double bytes = 0, flops = 0;  // what the kernel must move / compute
+  std::function<void()> run;
+};
+
+Tensor random_cuda(const Shape& s, DType dt, uint64_t seed, double std = 1.0) {
+  Tensor t = Tensor::empty(s, dt, Device::cuda(0));
+  fill_normal(t, seed, "bench.inputs", 0.0, std);
+  return t;
+}
+
+double median_ms(const std::function<void()>& fn, int reps) {
+  cudaStream_t s = current_stream(0);
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> ms;
+  CudaEvent a(true), b(true);
+  for (int i = 0; i < reps; ++i) {
+    a.record(s);
+    fn();
+    b.record(s);
+    b.synchronize();
+    ms.push_back(a.elapsed_ms(b));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::vector<BenchCase> make_cases() {
+  std::vector<BenchCase> cases;
+  const DType bf = DType::bf16;
+  {  // RMSNorm over d_model 1024, B*T = 32768 rows: read x, w; write y (+ rstd).
+    const int64_t N = 32768, C = 1024;
+    Tensor x = random_cuda({N, C}, bf, 1), w = random_cuda({C}, bf, 2);
+    RmsNormSaved s;
+    rmsnorm_forward(x, w, 1e-5, &s);
+    Tensor dy = random_cuda({N, C}, bf, 3);
+    cases.push_back({"rmsnorm_forward", "32768x1024 bf16", double(N * C * 2 * 2 + N * 4), double(N * C * 4),
+                     [=] { rmsnorm_forward(x, w, 1e-5, nullptr); }});
+    cases.push_back({"rmsnorm_backward", "32768x1024 bf16", double(N * C * 2 * 3), double(N * C * 8),
+                     [=] { rmsnorm_backward(s, dy, GradMask{3}); }});
+  }
+  {  // RoPE on q (B*T = 32768, 16 heads, D 64): read and write each element once.
+    const int64_t N = 32768, H = 16, D = 64;
+    Tensor q = random_cuda({1, N, H, D}, bf, 4);
+    RopeTable tab = rope_table(10000.0, D, N, std::nullopt, Device::cuda(0));
+    cases.push_back({"rope_forward", "32768x16x64 bf16", double(N * H * D * 2 * 2), double(N * H * D * 3),
+                     [=] { rope_forward(q, tab, 0); }});
+  }
+  {  // SwiGLU gate at d_ffn 2816, 32768 rows: read a, b; write z. Backward reads a, b, dz; writes da, db.
+    const int64_t n = int64_t(32768) * 2816;
+    Tensor a = random_cuda({n}, bf, 5), b = random_cuda({n}, bf, 6), dz = random_cuda({n}, bf, 7);
+    cases.push_back({"swiglu_forward", "32768x2816 bf16", double(n * 2 * 3), double(n * 6),
+                     [=] { swiglu_forward(a, b); }});
+    cases.push_back({"swiglu_backward", "32768x2816 bf16", double(n * 2 * 5), double(n * 12),
+                     [=] { swiglu_backward({a, b}, dz, GradMask{3}); }});
+  }
+  {  // Cross-entropy over the GPT-2 vocabulary: forward reads the logits once; backward reads and
+     // writes them once (in place).
+    const int64_t N = 8192, V = 50304;
+    Tensor z = random_cuda({N, V}, bf, 8, 2.0);
+    std::vector<int32_t> t(static_cast<size_t>(N));
+    RngStream r(1, "bench.targets");
+    for (auto& x : t) x = int32_t(r.below(50257));
+    Tensor targets = Tensor::from_vector<int32_t>(t, {N}).to(Device::cuda(0));
+    CrossEntropyResult res = cross_entropy_forward(z, targets, 50257, -1);
+    CrossEntropySaved s{z, targets, res.lse, 50257, -1, res.count};
+    cases.push_back({"cross_entropy_forward", "8192x50304 bf16", double(N * V * 2), double(N * V * 3),
+                     [=] { cross_entropy_forward(z, targets, 50257, -1); }});
+    cases.push_back({"cross_entropy_backward", "8192x50304 bf16 in place", double(N * V * 2 * 2), double(N * V * 4),
+                     [=] { cross_entropy_backward(s, 1.0); }});
+  }
+  {  // AdamW over 124M parameters in 148 tensors: read p, g, m, v; write p, m, v (f32).
+    std::vector<OptimParam> ps;
+    int64_t total = 0;
+    for (int i = 0; i < 148; ++i) {
+      const int64_t n = i % 12 == 0 ? 768 : 768 * 1087;
+      Var v(random_cuda({n}, DType::f32, 100 + uint64_t(i), 0.02), true);
+      v.set_grad(random_cuda({n}, DType::f32, 400 + uint64_t(i), 1e-3));
+      ps.push_back({str_cat("p", i), v, 0.1});
+      total += n;
+    }
+    auto opt = std::make_shared<AdamW>(ps, AdamWHyper{});
+    cases.push_back({"adamw_step", str_cat(total / 1000000, "M f32 params, 148 tensors"), double(total * 4 * 7),
+                     double(total * 12), [=] { opt->step(1.0); }});
+  }
+  {  // Causal attention fwd+bwd, B*T = 32768, 16 heads, D 64 (attention.md 4.5: fwd+bwd = 3.5 x fwd FLOPs).
+    for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
+      const int64_t B = 32768 / T, H = 16, D = 64;
+      Tensor q = random_cuda({B, T, H, D}, bf, 10), k = random_cuda({B, T, H, D}, bf, 11);
+      Tensor v = random_cuda({B, T, H, D}, bf, 12), dout = random_cuda({B, T, H, D}, bf, 13);
+      for (int64_t w : {int64_t(0), int64_t(512)}) {
+        if (w > 0 && T != 16384) continue;
+        AttentionParams p;
+        p.window = w;
+        const double keys = w == 0 ? double(T) / 2 : double(w);
+        const double fwd = 4.0 * double(B * H * T) * keys * double(D);
+        cases.push_back({w == 0 ? "attention_causal_fwd_bwd" : "attention_window512_fwd_bwd",
+                         str_cat("B", B, " T", T, " H16 D64 bf16"), double(B * T * H * D * 2 * 8), 3.5 * fwd, [=] {
+                           AttentionSaved s;
+                           attention_forward(q, k, v, p, &s);
+                           attention_backward(s, dout, Tensor(), GradMask{7});
+                         }});
+      }
+    }
+  }
+  return cases;
+}
+
+}  // namespace
+#endif
+
+int cmd_bench(Args& args) {
+  auto what = args.positional();
+  const std::string filter = args.value("--filter", "");
+  const int reps = int(args.integer("--reps", 20));
+  const std::string out = args.value("--out", "");
+  args.finish();
+  HYB_CHECK(what.size() == 1 && what[0] == "ops", "bench: expected `hybrid bench ops`, got ", what.size(), " arguments");
+#if !HYBRID_CUDA
+  (void)filter, (void)reps, (void)out;
+  throw Error("bench ops: this build has no CUDA backend (configure with -DHYBRID_CUDA=ON)");
+#else
+  HYB_CHECK(cuda_device_count() > 0, "bench ops: no CUDA device is visible");
+  const auto& props = cuda_device_props(0);
+  // Ceilings measured now: a 2 GiB device-to-device copy and an 8192^3 bf16 GEMM.
+  Tensor src = random_cuda({int64_t(1) << 30}, DType::bf16, 90), dst = Tensor::empty({int64_t(1) << 30}, DType::bf16, Device::cuda(0));
+  const double copy_ms = median_ms([&] { dst.copy_(src); }, reps);
+  const double copy_gbs = 2.0 * double(src.nbytes()) / (copy_ms * 1e-3) / 1e9;
+  Tensor a = random_cuda({8192, 8192}, DType::bf16, 91), b = random_cuda({8192, 8192}, DType::bf16, 92);
+  Tensor c = Tensor::empty({8192, 8192}, DType::bf16, Device::cuda(0));
+  const double gemm_ms = median_ms([&] { matmul_into(c, a, b, false, true); }, reps);
+  const double gemm_tflops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (gemm_ms * 1e-3) / 1e12;
+  src = dst = a = b = c = Tensor();
+  std::printf("device: %s, %d SMs\nceilings: copy %.0f GB/s (%.3f ms for 2 x 2 GiB), bf16 GEMM %.0f TFLOP/s (%.3f ms at 8192^3)\n\n",
+              props.name.c_str(), props.sm_count, copy_gbs, copy_ms, gemm_tflops, gemm_ms);
+  std::printf("%-30s %-32s %10s %10s %8s %10s %8s\n", "kernel", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%gemm");
+  for (const BenchCase& bc : make_cases()) {
+    if (!filter.empty() && bc.name.find(filter) == std::string::npos) continue;
+    double ms = 0;
+    try {
+      ms = median_ms(bc.run, reps);
+    } catch (const Error& e) {
+      std::printf("%-30s %-32s %s\n", bc.name.c_str(), bc.shape.c_str(), e.what());
+      continue;
+    }
+    const double gbs = bc.bytes / (ms * 1e-3) / 1e9, tflops = bc.flops / (ms * 1e-3) / 1e12;
+    std::printf("%-30s %-32s %10.3f %10.0f %7.0f%% %10.1f %7.0f%%\n", bc.name.c_str(), bc.shape.c_str(), ms, gbs,
+                100 * gbs / copy_gbs, tflops, 100 * tflops / gemm_tflops);
+    if (!out.empty()) {
+      Record r("bench.ops", {"bench", "", 0, 0});
+      r.add("kernel", bc.name).add("shape", bc.shape).add("ms", ms).add("gb_per_s", gbs).add("tflops", tflops);
+      r.add("copy_gb_per_s", copy_gbs).add("gemm_tflops", gemm_tflops).add("device", props.name);
+      append_record(out, r);
+    }
+  }
+  return 0;
+#endif
+}
+
+}  // namespace hyb
