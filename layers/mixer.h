@@ -19,9 +19,23 @@ struct MixerContext {
   double residual_std() const;
 };
 
+// A mixer's inference state for incremental decoding (a KV cache, a recurrent state): constant size
+// for recurrent and windowed layers, growing for full attention.
+class DecodeState {
+ public:
+  virtual ~DecodeState() = default;
+  virtual int64_t bytes() const = 0;  // memory held, for `hybrid bench infer` and the docs' cache tables
+  int64_t n_seen = 0;                 // tokens processed so far = position of the next token
+};
+
 class Mixer : public Module {
  public:
   virtual Var forward(const Var& x) = 0;
+  // Decoding: x (B, n, C) holds the next n tokens of each sequence (positions n_seen .. n_seen + n - 1);
+  // returns what forward would return at those positions and advances the state. Families without a
+  // decode path say so.
+  virtual std::unique_ptr<DecodeState> start_decode(int64_t batch, Device device, DType dtype);
+  virtual Var decode(const Var& x, DecodeState& state);
 };
 
 }  // namespace hyb

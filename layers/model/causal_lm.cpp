@@ -9,8 +9,6 @@
 
 namespace hyb {
 
-double MixerContext::residual_std() const { return init_std / std::sqrt(2.0 * double(num_layers)); }
-
 Block::Block(const LayerSpec& spec, const ModelConfig& cfg, int64_t index) {
   MixerContext ctx{cfg.d_model, int64_t(cfg.layers.size()), index, cfg.max_seq_len, cfg.init_std, cfg.init};
   mixer_norm_ = register_module("mixer_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
@@ -35,6 +33,17 @@ Var Block::forward(const Var& x) {
   return add(h, mlp_->forward(mlp_norm_->forward(h)));
 }
 
+Var Block::decode(const Var& x, DecodeState& state) {
+  Var h = add(x, mixer_->decode(mixer_norm_->forward(x), state));
+  return mlp_ ? add(h, mlp_->forward(mlp_norm_->forward(h))) : h;
+}
+
+int64_t LmDecodeState::bytes() const {
+  int64_t n = 0;
+  for (const auto& l : layers) n += l->bytes();
+  return n;
+}
+
 Backbone::Backbone(const ModelConfig& cfg) : cfg_(cfg) {
   HYB_CHECK(!cfg.embed_scale_sqrt_d, "model.embed_scale: \"sqrt_d_model\" is not supported yet");
   embeddings_ = register_module("embeddings", std::make_unique<Embedding>(cfg.vocab_size, cfg.d_model,
@@ -44,6 +53,14 @@ Backbone::Backbone(const ModelConfig& cfg) : cfg_(cfg) {
     blocks_.push_back(layers->add(std::to_string(i), std::make_unique<Block>(cfg.layers[i], cfg, int64_t(i))));
   register_module("layers", std::move(layers));
   norm_ = register_module("norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
+}
+
+Var Backbone::decode(const Tensor& ids, LmDecodeState& state, DType compute) {
+  HYB_CHECK(state.layers.size() == blocks_.size(), "decode: state for ", state.layers.size(), " layers, model has ",
+            blocks_.size());
+  Var h = embeddings_->forward(ids, compute);
+  for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->decode(h, *state.layers[i]);
+  return norm_->forward(h);
 }
 
 Var Backbone::forward(const Tensor& ids, DType compute) {
@@ -65,11 +82,22 @@ CausalLM::CausalLM(ModelConfig cfg) : cfg_(std::move(cfg)) {
                                                                    ParamInit::normal(cfg_.init_std)));
 }
 
-Var CausalLM::logits(const Tensor& ids, DType compute) {
-  Var h = model_->forward(ids, compute);
+Var CausalLM::project_to_vocab(const Var& h) {
   Var h2 = reshape(h, {-1, cfg_.d_model});
   if (lm_head_) return lm_head_->forward(h2);
-  return matmul(h2, compute_view(model_->embeddings().weight(), compute), false, true);
+  return matmul(h2, compute_view(model_->embeddings().weight(), h2.dtype()), false, true);
+}
+
+Var CausalLM::logits(const Tensor& ids, DType compute) { return project_to_vocab(model_->forward(ids, compute)); }
+
+LmDecodeState CausalLM::start_decode(int64_t batch, Device device, DType compute) {
+  LmDecodeState s;
+  for (Block* b : model_->blocks()) s.layers.push_back(b->mixer().start_decode(batch, device, compute));
+  return s;
+}
+
+Var CausalLM::decode_logits(const Tensor& ids, LmDecodeState& state, DType compute) {
+  return project_to_vocab(model_->decode(ids, state, compute));
 }
 
 Var CausalLM::loss(const Tensor& ids, const Tensor& targets, DType compute) {

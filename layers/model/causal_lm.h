@@ -38,6 +38,7 @@ class Block : public Module {
  public:
   Block(const LayerSpec& spec, const ModelConfig& cfg, int64_t index);
   Var forward(const Var& x);
+  Var decode(const Var& x, DecodeState& state);
   Mixer& mixer() { return *mixer_; }
 
  private:
@@ -47,10 +48,17 @@ class Block : public Module {
   SwigluMlp* mlp_ = nullptr;
 };
 
+// Every layer's decode state; the model's tokens so far are states[i]->n_seen of any layer.
+struct LmDecodeState {
+  std::vector<std::unique_ptr<DecodeState>> layers;
+  int64_t bytes() const;
+};
+
 class Backbone : public Module {
  public:
   explicit Backbone(const ModelConfig& cfg);
   Var forward(const Tensor& ids, DType compute);
+  Var decode(const Tensor& ids, LmDecodeState& state, DType compute);
   Embedding& embeddings() { return *embeddings_; }
   std::vector<Block*>& blocks() { return blocks_; }
 
@@ -68,10 +76,14 @@ class CausalLM : public Module {
   Var logits(const Tensor& ids, DType compute);
   // Mean next-token loss over targets (B, T) i32 (ignore index -1).
   Var loss(const Tensor& ids, const Tensor& targets, DType compute);
+  // Incremental decoding: ids (B, n) are the next n tokens; returns their logits (B*n, vocab_size).
+  LmDecodeState start_decode(int64_t batch, Device device, DType compute);
+  Var decode_logits(const Tensor& ids, LmDecodeState& state, DType compute);
   const ModelConfig& config() const { return cfg_; }
   Backbone& backbone() { return *model_; }
 
  private:
+  Var project_to_vocab(const Var& h);  // (B, T, C) -> (B*T, vocab_size)
   ModelConfig cfg_;
   Backbone* model_;
   Linear* lm_head_ = nullptr;

@@ -32,14 +32,36 @@ struct AttentionConfig {
 // Reads a resolved mixer object (every key present, derived values written out).
 AttentionConfig attention_config_from_json(const nlohmann::json& mixer);
 
+// The KV cache of one attention layer (attention.md 8): keys after RoPE, values, in slots. A full
+// layer gives position p slot p (the cache grows by doubling); a window layer keeps the S sinks and a
+// ring of w recent positions, S + w slots. All sequences of a batch advance together, so the valid
+// slots are always the prefix [0, min(n_seen, capacity)).
+struct AttentionCache : DecodeState {
+  Tensor k, v;  // (B, capacity, Hkv, D) and (B, capacity, Hkv, Dv), in the compute dtype
+  int64_t bytes() const override { return int64_t(k.nbytes() + v.nbytes()); }
+};
+
 class AttentionMixer : public Mixer {
  public:
   AttentionMixer(const AttentionConfig& cfg, const MixerContext& ctx);
   Var forward(const Var& x) override;
+  std::unique_ptr<DecodeState> start_decode(int64_t batch, Device device, DType dtype) override;
+  Var decode(const Var& x, DecodeState& state) override;
   const AttentionConfig& config() const { return cfg_; }
+  int64_t cache_slot(int64_t position) const;
 
  private:
+  struct Qkv {
+    Var q, k, v;  // (B, T, Hq, D), (B, T, Hkv, D), (B, T, Hkv, Dv): normalised and rotated
+  };
+  Qkv project(const Var& x, int64_t position_offset);
+  AttentionParams core_params() const;
+  Var attend(const Qkv& qkv, const AttentionParams& p);
+  Var decode_one(const Var& x, AttentionCache& cache);
+  void reserve(AttentionCache& cache, int64_t slots);
+
   AttentionConfig cfg_;
+  int64_t max_seq_len_;
   Linear *q_proj_, *k_proj_, *v_proj_, *o_proj_;
   Var q_norm_, k_norm_, logit_scale_;
   RopeTable rope_;  // built on first use on the activations' device

@@ -110,3 +110,35 @@ TEST_CASE("a 2-layer d=64 model learns a fixed batch: loss from ln 64 to below 0
   REQUIRE(train_fixed_batch(1, 60) == a);
   REQUIRE(train_fixed_batch(2, 3) != std::vector<double>(a.begin(), a.begin() + 3));
 }
+
+#include "compare.h"
+
+TEST_CASE("decoding token by token with KV caches gives the parallel forward's logits, ring wrapping past sinks + window", "[model][cpu][decode]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  CausalLM lm(tiny_model(13, 16, true,
+                         {attention_mixer(4, 2, 4, 3, 2), attention_mixer(4, 1, 4, 0, 0, "rms"), attention_mixer(2, 2, 8, 5)},
+                         24));
+  lm.initialize(9);
+  NoGradGuard no_grad;
+  const int64_t B = 2, T = 14;
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < B * T; ++i) v.push_back(int32_t((i * 7 + 3) % 13));
+  Tensor ids = ids_tensor(v, B, T);
+  Tensor full = lm.logits(ids, DType::f64).data().reshape({B, T, -1});
+  for (int64_t prefill : {1, 6}) {
+    DYNAMIC_SECTION("prefill " << prefill) {
+      LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
+      std::vector<Tensor> steps;
+      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
+      for (int64_t t = prefill; t < T; ++t)
+        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
+      int64_t t = 0;
+      for (const Tensor& s : steps) {
+        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
+        t += s.size(1);
+      }
+      // Window layers hold sinks + window slots whatever the length; the full layer holds >= T.
+      REQUIRE(st.layers[0]->bytes() == B * (2 + 3) * 2 * 4 * 8 * 2);
+    }
+  }
+}
