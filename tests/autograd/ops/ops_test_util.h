@@ -1,13 +1,12 @@
-// Helpers shared by the tests of the basic ops: a gradcheck that reports, and an elementwise
-// comparison that fails on NaN or Inf instead of passing it.
+// Helpers shared by the tests of the basic ops: a gradcheck that reports its per-input errors, and
+// a reference formula mapped over a tensor's values. Comparisons are compare.h's.
 #pragma once
 #include <catch2/catch.hpp>
 
-#include <cmath>
-#include <limits>
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "compare.h"
 
 namespace hyb::test {
 
@@ -16,17 +15,6 @@ inline void require_gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& 
   GradcheckResult r = gradcheck(fn, inputs);
   INFO(r.report);
   REQUIRE(r.max_error < tol);
-}
-
-// max_i |got_i - want_i| / (|want_i| + floor); infinity when sizes differ or any value is not finite.
-inline double max_rel_error(const std::vector<double>& got, const std::vector<double>& want, double floor = 1e-30) {
-  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, std::abs(got[i] - want[i]) / (std::abs(want[i]) + floor));
-  }
-  return worst;
 }
 
 // Elementwise f over the values of t, in f64.

@@ -5,7 +5,6 @@
 #include "autograd/ops/shape_ops.h"
 
 using namespace hyb;
-using hyb::test::max_rel_error;
 using hyb::test::require_gradcheck;
 
 namespace {

@@ -8,7 +8,6 @@
 #include "autograd/ops/softmax.h"
 
 using namespace hyb;
-using hyb::test::max_rel_error;
 using hyb::test::require_gradcheck;
 
 namespace {

@@ -9,7 +9,6 @@
 
 using namespace hyb;
 using hyb::test::map_values;
-using hyb::test::max_rel_error;
 using hyb::test::require_gradcheck;
 
 namespace {
