@@ -52,6 +52,7 @@ const BinaryOp kOps[] = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::
 
 const std::vector<std::pair<Shape, Shape>> kShapes = {
     {{3, 4}, {3, 4}}, {{3, 1, 5}, {4, 5}}, {{5}, {2, 3, 5}}, {{2, 1}, {1, 3}}, {{1}, {3, 4}}, {{4, 1, 3}, {4, 2, 1}},
+    {{}, {2, 3}}, {{2, 1}, {}},
 };
 
 }  // namespace
