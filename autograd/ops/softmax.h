@@ -3,7 +3,7 @@
 //   log_softmax: y_i = x_i - lse                              dx = dy - exp(y) sum_j dy_j       (saves y)
 //   logsumexp:   lse = m + log sum_j exp(x_j - m)             dx_i = dy exp(x_i - lse)          (saves x, lse)
 // f64 inputs are computed in f64 throughout; the CPU reference sums in f64 for f32 too. A row of all
-// -inf has logsumexp -inf (softmax NaN, as 0/0); a +inf entry gives logsumexp +inf.
+// -inf has logsumexp -inf and gradient 0 (softmax NaN, as 0/0); a +inf entry gives logsumexp +inf.
 //   Var p = softmax(scores);   Var l = logsumexp(logits);   // (N, V) -> (N,)
 #pragma once
 #include "autograd/tape.h"
