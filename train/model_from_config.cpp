@@ -10,10 +10,10 @@ int64_t tokenizer_vocab(const std::string& t) {
   throw Error(str_cat("data.tokenizer: expected \"gpt2\" or \"byte\", got \"", t, "\""));
 }
 
-ModelConfig model_config_from_resolved(const json& cfg) {
+LmConfig model_config_from_resolved(const json& cfg) {
   const json& m = cfg.at("model");
   const json& d = cfg.at("data");
-  ModelConfig c;
+  LmConfig c;
   c.vocab_size = m.at("vocab_size").get<int64_t>();
   c.real_vocab = d.value("task", std::string("lm")) == "mqar" ? c.vocab_size
                                                                : tokenizer_vocab(d.at("tokenizer").get<std::string>());

@@ -9,7 +9,7 @@
 
 namespace hyb {
 
-Block::Block(const LayerSpec& spec, const ModelConfig& cfg, int64_t index) {
+Block::Block(const LayerSpec& spec, const LmConfig& cfg, int64_t index) {
   MixerContext ctx{cfg.d_model, int64_t(cfg.layers.size()), index, cfg.max_seq_len, cfg.init_std, cfg.init};
   mixer_norm_ = register_module("mixer_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
   mixer_ = register_module("mixer", make_mixer(spec.mixer, ctx));
@@ -44,7 +44,7 @@ int64_t LmDecodeState::bytes() const {
   return n;
 }
 
-Backbone::Backbone(const ModelConfig& cfg) : cfg_(cfg) {
+Backbone::Backbone(const LmConfig& cfg) : cfg_(cfg) {
   HYB_CHECK(!cfg.embed_scale_sqrt_d, "model.embed_scale: \"sqrt_d_model\" is not supported yet");
   embeddings_ = register_module("embeddings", std::make_unique<Embedding>(cfg.vocab_size, cfg.d_model,
                                                                           ParamInit::normal(cfg.init_std)));
@@ -73,7 +73,7 @@ Var Backbone::forward(const Tensor& ids, DType compute) {
   return norm_->forward(h);
 }
 
-CausalLM::CausalLM(ModelConfig cfg) : cfg_(std::move(cfg)) {
+CausalLM::CausalLM(LmConfig cfg) : cfg_(std::move(cfg)) {
   HYB_CHECK(cfg_.real_vocab >= 1 && cfg_.real_vocab <= cfg_.vocab_size, "model.vocab_size: expected at least the tokenizer's ",
             cfg_.real_vocab, ", got ", cfg_.vocab_size);
   model_ = register_module("model", std::make_unique<Backbone>(cfg_));

@@ -21,7 +21,7 @@ struct LayerSpec {
   int64_t intermediate_size = 0;
 };
 
-struct ModelConfig {
+struct LmConfig {
   int64_t vocab_size = 0;   // rows of the embedding (padded vocabulary)
   int64_t real_vocab = 0;   // the tokenizer's vocabulary: the loss ignores logits above it
   int64_t d_model = 0;
@@ -36,7 +36,7 @@ struct ModelConfig {
 
 class Block : public Module {
  public:
-  Block(const LayerSpec& spec, const ModelConfig& cfg, int64_t index);
+  Block(const LayerSpec& spec, const LmConfig& cfg, int64_t index);
   Var forward(const Var& x);
   Var decode(const Var& x, DecodeState& state);
   Mixer& mixer() { return *mixer_; }
@@ -56,14 +56,14 @@ struct LmDecodeState {
 
 class Backbone : public Module {
  public:
-  explicit Backbone(const ModelConfig& cfg);
+  explicit Backbone(const LmConfig& cfg);
   Var forward(const Tensor& ids, DType compute);
   Var decode(const Tensor& ids, LmDecodeState& state, DType compute);
   Embedding& embeddings() { return *embeddings_; }
   std::vector<Block*>& blocks() { return blocks_; }
 
  private:
-  const ModelConfig& cfg_;
+  const LmConfig& cfg_;
   Embedding* embeddings_;
   std::vector<Block*> blocks_;
   RmsNorm* norm_;
@@ -71,7 +71,7 @@ class Backbone : public Module {
 
 class CausalLM : public Module {
  public:
-  explicit CausalLM(ModelConfig cfg);
+  explicit CausalLM(LmConfig cfg);
   // ids (B, T) i32 -> logits (B*T, vocab_size) in `compute` dtype.
   Var logits(const Tensor& ids, DType compute);
   // Mean next-token loss over targets (B, T) i32 (ignore index -1).
@@ -79,12 +79,12 @@ class CausalLM : public Module {
   // Incremental decoding: ids (B, n) are the next n tokens; returns their logits (B*n, vocab_size).
   LmDecodeState start_decode(int64_t batch, Device device, DType compute);
   Var decode_logits(const Tensor& ids, LmDecodeState& state, DType compute);
-  const ModelConfig& config() const { return cfg_; }
+  const LmConfig& config() const { return cfg_; }
   Backbone& backbone() { return *model_; }
 
  private:
   Var project_to_vocab(const Var& h);  // (B, T, C) -> (B*T, vocab_size)
-  ModelConfig cfg_;
+  LmConfig cfg_;
   Backbone* model_;
   Linear* lm_head_ = nullptr;
 };

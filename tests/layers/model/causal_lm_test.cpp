@@ -20,9 +20,9 @@ static json attention_mixer(int64_t heads, int64_t kv_heads, int64_t head_dim, i
           {"deterministic", false}};
 }
 
-static ModelConfig tiny_model(int64_t vocab, int64_t d, bool tied, std::vector<json> mixers, int64_t hidden,
+static LmConfig tiny_model(int64_t vocab, int64_t d, bool tied, std::vector<json> mixers, int64_t hidden,
                               double init_std = 0.3) {
-  ModelConfig c;
+  LmConfig c;
   c.vocab_size = vocab + 3;  // padded rows, never targets
   c.real_vocab = vocab;
   c.d_model = d;
