@@ -42,7 +42,7 @@ jobs=$(nproc)
   ls "$nccl_root/lib" 2>/dev/null
 } > "$out/system.txt" 2>&1
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-row "device" "${gpu:+ok}" "${gpu:-no GPU visible}; nccl ${nccl_root:+found}${nccl_root:-missing}"
+row "device" "${gpu:+ok}" "${gpu:-no GPU visible}; nccl: ${nccl_root:-missing}"
 
 t0=$(date +%s)
 if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
