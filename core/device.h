@@ -1,5 +1,6 @@
 // Where a tensor lives: "cpu" or "cuda:N". Ops dispatch on Device::kind with one branch each.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 

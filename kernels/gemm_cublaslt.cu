@@ -62,12 +62,12 @@ cudaDataType_t cuda_type(DType t) {
 struct PlanKey {
   int device;
   DType dtype;
-  int bias_dtype;  // -1: no bias epilogue
+  bool bias;  // the bias epilogue, its vector in the output's dtype
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
   auto tie() const {
-    return std::tie(device, dtype, bias_dtype, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b,
+    return std::tie(device, dtype, bias, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b,
                     stride_c, align_a, align_b, align_c);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
@@ -140,10 +140,7 @@ Plan make_plan(const PlanKey& k, cublasLtHandle_t handle, const std::string& con
            "cublasLtMatmulDescCreate", context);
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, context);
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, context);
-  if (k.bias_dtype >= 0) {
-    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, context);
-    set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(DType(k.bias_dtype))), context);
-  }
+  if (k.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, context);
   p.layout_a = make_layout(k.dtype, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch, k.stride_a, context);
   p.layout_b = make_layout(k.dtype, k.trans_b ? k.n : k.k, k.trans_b ? k.k : k.n, k.ldb, k.batch, k.stride_b, context);
   p.layout_c = make_layout(k.dtype, k.m, k.n, k.ldc, k.batch, k.stride_c, context);
@@ -206,6 +203,14 @@ void gemm(const char* op, const Tensor& c, const Tensor& a, const Tensor& b, con
     return;
   }
 
+  // cuBLASLt takes the bias in the output's dtype (an fp32 bias with a bf16 output is refused with
+  // CUBLAS_STATUS_INVALID_VALUE by cuBLASLt 13.0 on sm_90): a bf16 output gets its fp32 bias rounded to
+  // bf16, then added to the fp32 accumulator before the output is rounded.
+  Tensor bias_cast;
+  if (bias && bias->dtype() != c.dtype()) {
+    bias_cast = bias->to(c.dtype());
+    bias = &bias_cast;
+  }
   Operand oa = prepare(a, ta), ob = prepare(b, tb);
   int64_t rows = M, gemm_batch = batch;
   if (shared_b) {
@@ -218,7 +223,7 @@ void gemm(const char* op, const Tensor& c, const Tensor& a, const Tensor& b, con
   PlanKey key{};
   key.device = device;
   key.dtype = c.dtype();
-  key.bias_dtype = bias ? int(bias->dtype()) : -1;
+  key.bias = bias != nullptr;
   key.trans_a = ob.trans;
   key.trans_b = oa.trans;
   key.m = N;
@@ -245,16 +250,7 @@ void gemm(const char* op, const Tensor& c, const Tensor& a, const Tensor& b, con
     if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(key, dg.handle, context)).first;
     return it->second;
   };
-  const Plan* found = &lookup();
-  Tensor bias_rounded;
-  if (!found->found && bias && bias->dtype() == DType::f32 && c.dtype() == DType::bf16) {
-    // Where this cuBLASLt takes no fp32 bias with a bf16 output, round the bias to bf16 instead.
-    bias_rounded = bias->to(DType::bf16);
-    bias = &bias_rounded;
-    key.bias_dtype = int(DType::bf16);
-    found = &lookup();
-  }
-  const Plan& plan = *found;
+  const Plan& plan = lookup();
   HYB_CHECK(plan.found, context, ": cuBLASLt has no algorithm for this shape, dtype and alignment (a ",
             key.align_b, " B, b ", key.align_a, " B, c ", key.align_c, " B aligned)");
   if (bias) {

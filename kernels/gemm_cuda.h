@@ -15,7 +15,8 @@ void matmul_into_cuda(const Tensor& c, const Tensor& a, const Tensor& b, bool tr
                       int64_t M, int64_t N, int64_t K, bool shared_b, double alpha, double beta);
 
 // c = op(a) op(b) + bias, bias (N,) added to every row, through cuBLASLt's bias epilogue (no extra pass).
-// bias is f32 or c's dtype; an f32 bias with a bf16 c is added in fp32 before the output is rounded.
+// bias is f32 or c's dtype. cuBLASLt reads it in c's dtype, so an f32 bias for a bf16 c is rounded to bf16
+// first (one small conversion kernel), then added to the fp32 accumulator before c is rounded.
 void matmul_bias_into_cuda(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a,
                            bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, bool shared_b);
 

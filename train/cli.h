@@ -5,6 +5,7 @@
 //     double f = args.number("--val-fraction", 0.0);  args.finish();  ...
 //   }
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
