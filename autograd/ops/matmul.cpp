@@ -26,7 +26,8 @@ MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b, bool ta
   d.N = tb ? b.size(-2) : b.size(-1);
   HYB_CHECK(ka == d.K, op, ": inner dimensions differ: a ", shape_str(a.shape()), (ta ? " (transposed)" : ""), " and b ",
             shape_str(b.shape()), (tb ? " (transposed)" : ""), " give K = ", ka, " and ", d.K);
-  d.batch = a.numel() / std::max<int64_t>(1, a.size(-1) * a.size(-2));
+  d.batch = 1;
+  for (int64_t i = 0; i + 2 < a.dim(); ++i) d.batch *= a.size(i);
   d.shared_b = b.dim() == 2 && a.dim() > 2;
   if (!d.shared_b) {
     HYB_CHECK(a.dim() == b.dim() && std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin()), op,
