@@ -10,4 +10,9 @@ namespace hyb {
 
 std::vector<std::string> expand_shard_paths(const std::vector<std::string>& patterns);
 
+// One pattern: its matches in byte order (empty when none, also when its directory does not
+// exist), or the path itself when it has no wildcard. Throws only for wildcards outside the last
+// component or an unreadable directory.
+std::vector<std::string> match_shard_pattern(const std::string& pattern);
+
 }  // namespace hyb

@@ -3,16 +3,19 @@
 #include <algorithm>
 
 #include "layers/softmax_attention/attention.h"
+#include "layers/softmax_attention/attention_config.h"
 
 namespace hyb {
 
 namespace {
 const LayerEntry kLayers[] = {
-    {"attention", make_attention_mixer},
+    {"attention", make_attention_mixer, resolve_attention_config, &kAttentionKeys},
 };
 }  // namespace
 
-const LayerEntry* find_layer(const std::string& type) {
+std::span<const LayerEntry> layer_entries() { return kLayers; }
+
+const LayerEntry* find_layer(std::string_view type) {
   for (const LayerEntry& e : kLayers)
     if (type == e.type) return &e;
   return nullptr;

@@ -1,9 +1,18 @@
 // Every layer family, one line each in layers/registry.cpp (an explicit table: the linker would
 // drop self-registering objects from a static library, and a table reads as the list of what exists).
+// An entry names the config's `mixer.type`, builds the family's mixer from a resolved mixer object,
+// resolves a mixer object as written (defaults, derived values, the family's rules; config.md 3.3,
+// 3.6 step 6), and holds the family's key table (docs/configs.md is generated from it).
+//   const LayerEntry* e = find_layer("attention");
+//   e->resolve_config(mixer, ctx);   // throws ConfigKeyError with paths relative to the mixer
 #pragma once
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/config_table.h"
+#include "layers/layer_config.h"
 #include "layers/mixer.h"
 
 namespace hyb {
@@ -11,9 +20,14 @@ namespace hyb {
 struct LayerEntry {
   const char* type;  // the config's mixer.type
   std::unique_ptr<Mixer> (*make_mixer)(const nlohmann::json& mixer, const MixerContext& ctx);
+  // Checks `mixer` (its `type` already matches) and replaces it by the resolved object: every key
+  // of the family in table order, defaults filled, derived values written out.
+  void (*resolve_config)(Json& mixer, const LayerConfigContext& ctx);
+  const KeyTable* keys;
 };
 
-const LayerEntry* find_layer(const std::string& type);  // nullptr when unknown
-std::vector<std::string> layer_types();                 // sorted
+std::span<const LayerEntry> layer_entries();
+const LayerEntry* find_layer(std::string_view type);  // nullptr when unknown
+std::vector<std::string> layer_types();               // sorted
 
 }  // namespace hyb

@@ -9,12 +9,14 @@
 
 namespace hyb {
 int cmd_bench(Args& args);
+int cmd_config(Args& args);
 int cmd_plot(Args& args);
 int cmd_tokenize(Args& args);
 
 const CliCommand kCommands[] = {
     {"help", "list the commands", nullptr},
     {"bench", "time the CUDA kernels against the measured copy and GEMM ceilings (hybrid bench ops)", cmd_bench},
+    {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers]; config keys", cmd_config},
     {"plot", "draw train/val loss curves of a metrics.jsonl as SVG", cmd_plot},
     {"tokenize", "text to llm.c token shards and a manifest (--preset tinyshakespeare|brown or --input FILE...)", cmd_tokenize},
 };

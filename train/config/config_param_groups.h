@@ -1,0 +1,47 @@
+// train.optimizer.param_groups (config.md 6.3): per-parameter weight decay and lr multiplier by
+// glob over parameter names (`*` any run of characters, dots included; `?` one character). The
+// globs are checked for syntax when the config resolves; matching needs the model's parameter
+// names, so it happens when the optimizer is built, and a glob that matches nothing is an error.
+//   std::vector<ParamSetting> s = resolve_param_settings(cfg.train->optimizer, infos);
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_table.h"
+
+namespace hyb {
+
+extern const KeyTable kParamGroupKeys;
+
+// The check of the param_groups list (a custom key of the optimizer table).
+Json check_param_groups(const Json& v, const std::string& path);
+// One glob of parameter names: letters, digits, '_', '.', '*' and '?'.
+Json check_param_glob(const Json& v, const std::string& path);
+bool param_glob_matches(const std::string& glob, const std::string& name);
+
+struct ParamGroup {
+  std::vector<std::string> globs;
+  std::optional<double> weight_decay, lr_mult;  // unset: this entry does not decide the field
+  std::string source;                           // where the entry was written, for errors
+  std::vector<std::string> glob_paths;          // train.optimizer.param_groups[k].params(...), per glob
+};
+
+struct ParamInfo {
+  std::string name;              // model.layers.3.mixer.q_proj.weight
+  int64_t ndim = 0;
+  bool family_no_decay = false;  // the family's spec lists it without weight decay (pha.md 8)
+};
+
+struct ParamSetting {
+  double weight_decay = 0;
+  double lr_mult = 1;
+};
+
+// The default decay set (two or more dims and not listed by the family: weight_decay; otherwise 0),
+// then for each field the last group that matches and sets it. Throws hyb::Error
+// "SOURCE: PATH: expected a glob that matches a parameter, got ... (no parameter matches)".
+std::vector<ParamSetting> resolve_param_settings(double weight_decay, const std::vector<ParamGroup>& groups,
+                                                 const std::vector<ParamInfo>& params);
+
+}  // namespace hyb
