@@ -216,6 +216,8 @@ std::string key_table_markdown(const KeyTable& table) {
         if (type.rfind(article, 0) == 0) type = type.substr(std::string_view(article).size());
     } else if (spec.type == KeyType::list) {
       type = list_description(spec);
+    } else if (spec.type == KeyType::enumeration) {
+      for (size_t i = 0; i < spec.values.size(); ++i) type += str_cat(i ? ", " : "", "`\"", spec.values[i], "\"`");
     } else if (spec.type == KeyType::object && spec.table) {
       type = str_cat("object (", spec.table->noun, " keys below)");
     } else {

@@ -216,7 +216,7 @@ LayerList form_layer_list(const Json& model, const SourceMap& src) {
   return list;
 }
 
-void apply_layer_assignment(LayerList& list, const Assignment& a, const SourceMap& src) {
+void apply_layer_assignment(LayerList& list, const Assignment& a, SourceMap& src) {
   const ConfigPath& p = a.path;
   if (p.steps.size() == 2) {  // model.layers = [...]: a new list
     if (!a.value.is_array() || a.value.empty())
@@ -226,6 +226,7 @@ void apply_layer_assignment(LayerList& list, const Assignment& a, const SourceMa
     for (size_t i = 0; i < a.value.size(); ++i) {
       const std::string path = str_cat("model.layers[", i, "]");
       check_block(a.value[i], path);
+      src.add_set(path);
       FormedLayer l{a.value[i], {}};
       l.origins.record("", a.value[i], path, src);
       list.layers.push_back(std::move(l));
@@ -240,11 +241,13 @@ void apply_layer_assignment(LayerList& list, const Assignment& a, const SourceMa
     const std::string layer_path = str_cat("model.layers[", i, "]");
     if (p.steps.size() == 3) {
       check_block(a.value, layer_path);
+      src.add_set(layer_path);
       l.block = a.value;
       l.origins.record("", a.value, layer_path, src);
       continue;
     }
     assign_path(l.block, p, 3, "", a.value, [&](const std::string& rel) {
+      src.add_set(join_path(layer_path, rel));
       l.origins.record(rel, a.value, join_path(layer_path, rel), src);
     });
   }

@@ -3,7 +3,7 @@
 // resolving each layer through its family. Every value keeps the place it was written, so an
 // error in layer 7 names `model.block.mixer.window` and the layers that value reached.
 //   LayerList list = form_layer_list(model, src);           // steps 2 and 3
-//   apply_layer_assignment(list, assignment, src);           // step 4
+//   apply_layer_assignment(list, assignment, src);           // step 4 (src learns the --set paths)
 //   Json layers = resolve_layers(list, ctx, src);            // step 6: the resolved list
 #pragma once
 #include <map>
@@ -50,8 +50,9 @@ void merge_tracked(Json& a, LayerOrigins& origins, const std::string& rel, const
 // Steps 2 and 3. Errors are ConfigKeyError at paths as written ("model.overrides[0].layers").
 LayerList form_layer_list(const Json& model, const SourceMap& src);
 
-// Step 4, one assignment whose path starts with model.layers. Errors are ConfigKeyError.
-void apply_layer_assignment(LayerList& list, const Assignment& a, const SourceMap& src);
+// Step 4, one assignment whose path starts with model.layers; the places it writes are added to
+// `src` as --set paths. Errors are ConfigKeyError.
+void apply_layer_assignment(LayerList& list, const Assignment& a, SourceMap& src);
 
 // Step 6: every layer through its family and the mlp rules, in index order. `base` carries the
 // model's sizes (layer_index is set per layer). Errors are hyb::Error, already in the form of

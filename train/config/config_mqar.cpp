@@ -129,14 +129,15 @@ Json resolve_mqar(const Json& mqar, const std::string& path) {
   check_known_keys(kMqarKeys, mqar, path);
   Json given = mqar;
   if (given.contains("preset") && !given["preset"].is_null()) {
-    const Json& name = given["preset"];
+    const Json name = given["preset"];
     const std::vector<std::string> names = mqar_preset_names();
     if (!name.is_string() || std::find(names.begin(), names.end(), name.get<std::string>()) == names.end()) {
       std::string list;
       for (const std::string& n : names) list += str_cat(list.empty() ? "" : ", ", "\"", n, "\"");
       throw ConfigKeyError(join_path(path, "preset"), expected_problem(str_cat("a preset (", list, ") or null"), name));
     }
-    for (const auto& [k, v] : mqar_preset(name.get<std::string>()).items())
+    const Json preset = mqar_preset(name.get<std::string>());
+    for (const auto& [k, v] : preset.items())
       if (!given.contains(k)) given[k] = v;
   }
   Json m = apply_key_table(kMqarKeys, given, path);

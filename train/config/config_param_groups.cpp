@@ -31,10 +31,10 @@ const KeyTable kParamGroupKeys{"param group", nullptr, {
 }};
 
 Json check_param_glob(const Json& v, const std::string& path) {
-  const bool ok = v.is_string() && !v.get<std::string>().empty() &&
-                  std::all_of(v.get<std::string>().begin(), v.get<std::string>().end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '*' || c == '?';
-                  });
+  const std::string glob = v.is_string() ? v.get<std::string>() : std::string();
+  const bool ok = !glob.empty() && std::all_of(glob.begin(), glob.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '*' || c == '?';
+  });
   if (!ok) throw ConfigKeyError(path, expected_problem("a glob of parameter names (letters, digits, _, ., * and ?)", v));
   return v;
 }

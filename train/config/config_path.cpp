@@ -174,9 +174,9 @@ std::vector<int64_t> select_layers(const Json& value, int64_t num_layers, const 
     if (!s) throw ConfigKeyError(path, syntax_problem(SelectorTarget::layers, value));
     return select_indices(*s, num_layers, SelectorTarget::layers, path);
   }
-  if (!value.is_array()) throw ConfigKeyError(path, syntax_problem(SelectorTarget::layers, value));
+  if (!value.is_array() && !value.is_number_integer()) throw ConfigKeyError(path, syntax_problem(SelectorTarget::layers, value));
   std::vector<int64_t> picks, single;
-  for (const Json& v : value) {
+  for (const Json& v : value.is_array() ? value : Json::array({value})) {
     if (!v.is_number_integer()) throw ConfigKeyError(path, syntax_problem(SelectorTarget::layers, value));
     const int64_t i = v.get<int64_t>();
     single.push_back(i);

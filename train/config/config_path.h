@@ -48,7 +48,8 @@ enum class SelectorTarget { layers, list };
 // The indices a selector picks from a list of n, in selector order. Throws ConfigKeyError at `path`
 // for an index outside the list, a step of 0, an empty pick or an element picked twice.
 std::vector<int64_t> select_indices(const Selector& s, int64_t n, SelectorTarget target, const std::string& path);
-// An override's `layers`: a selector string without brackets or a list of indices.
+// An override's `layers`: a selector string without brackets or a list of indices (a bare index,
+// as `--set model.overrides[0].layers=3` writes it, counts as a list of one).
 std::vector<int64_t> select_layers(const Json& value, int64_t num_layers, const std::string& path);
 
 // Layer indices in selector syntax with runs of three or more as a:b: "0:6,7:14,23"; "*" for all.

@@ -12,7 +12,7 @@ const KeyTable kOptimizerKeys{"optimizer", nullptr, {
     {.name = "lr", .type = KeyType::number, .required = true, .range = Range::above(0), .doc = "peak learning rate"},
     {.name = "betas", .type = KeyType::list, .default_value = Json::array({0.9, 0.95}), .range = Range::closed_open(0, 1),
      .elem = KeyType::number, .list_len = 2, .doc = "b1, b2"},
-    {.name = "eps", .type = KeyType::number, .default_value = 1e-8, .range = Range::above(0), .doc = ""},
+    {.name = "eps", .type = KeyType::number, .default_value = 1e-8, .range = Range::above(0), .doc = "added to the denominator of the update"},
     {.name = "weight_decay", .type = KeyType::number, .default_value = 0.1, .range = Range::at_least(0),
      .doc = "decay of the parameters in the decay set (two or more dims, unless the family's spec lists them)"},
     {.name = "param_groups", .type = KeyType::custom, .default_value = Json::array(), .check = check_param_groups,
