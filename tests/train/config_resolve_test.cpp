@@ -7,6 +7,8 @@
 #include "train/config/config_hash.h"
 #include "train/config/config_layers.h"
 
+#include <array>
+
 using namespace hyb;
 using namespace hyb::config_test;
 
@@ -343,4 +345,48 @@ TEST_CASE("attention derives its sizes and checks the rules of attention.md 10",
   Json cos = with("logits", "cosine");
   resolve_attention_config(cos, ctx);
   REQUIRE(cos["softmax_scale"].is_null());
+}
+
+TEST_CASE("the model configs of attention.md 7 resolve and resolve to themselves", "[config][resolve]") {
+  const std::string rest = R"(, "data": {"train": "t.bin", "seq_len": 1024}, "train": {"batch_size": 8, "steps": 10, "optimizer": {"lr": 0.001}}})";
+  const std::string gpt2 = R"({ "model": {
+    "vocab_size": 50304, "d_model": 768, "num_layers": 12, "max_seq_len": 1024,
+    "norm_eps": 1e-5, "tie_embeddings": true, "init_std": 0.02,
+    "block": { "mixer": { "type": "attention", "num_heads": 12, "num_kv_heads": 12, "head_dim": 64,
+                          "rope_theta": 10000.0, "window": 0, "sinks": 0 },
+               "mlp":   { "type": "swiglu", "intermediate_size": 2048 } } })";
+  const std::string swa = R"({ "model": { "vocab_size": 128256, "d_model": 2048, "num_layers": 16, "max_seq_len": 8192,
+    "norm_eps": 1e-5, "tie_embeddings": true, "init_std": 0.02,
+    "block": { "mixer": { "type": "attention", "num_heads": 32, "num_kv_heads": 8, "head_dim": 64,
+                          "rope_theta": 500000.0, "window": 512, "sinks": 64 },
+               "mlp":   { "type": "swiglu", "intermediate_size": 8192 } },
+    "overrides": [ { "layers": "5,11,15", "mixer": { "window": 0, "sinks": 0 } } ] })";
+  RunConfig a = resolve_no_files(gpt2 + rest);
+  REQUIRE(a.model.layers[0].mlp.intermediate_size == 2048);
+  REQUIRE(a.model.layers[0].mixer["softmax_scale"].get<double>() == 0.125);
+  require_idempotent(a, ResolveOptions{.check_files = false});
+  // The GPT-2 model spells out what the defaults would give: the same config without those keys hashes the same.
+  RunConfig bare = resolve_no_files(R"({ "model": { "d_model": 768, "num_layers": 12,
+    "block": { "mixer": { "type": "attention", "num_heads": 12 } } })" + rest);
+  REQUIRE(bare.sha256 == a.sha256);
+  RunConfig b = resolve_no_files(swa + rest);
+  REQUIRE(b.model.vocab_size == 128256);
+  REQUIRE(b.model.layers[0].mixer["max_position"] == 8192);
+  int full = 0;
+  for (const LayerConfig& l : b.model.layers) full += l.mixer["window"] == 0 && l.mixer["sinks"] == 0;
+  REQUIRE(full == 3);
+  REQUIRE(b.model.layers[11].mixer["window"] == 0);
+  REQUIRE(b.model.layers[12].mixer["sinks"] == 64);
+  require_idempotent(b, ResolveOptions{.check_files = false});
+  for (auto [d, ffn, hq, hkv, dh, layers] : std::vector<std::array<int, 6>>{{1024, 3072, 16, 4, 64, 8}, {1536, 4096, 24, 8, 64, 14},
+                                                                          {3072, 8192, 32, 8, 96, 28}}) {
+    RunConfig llama = resolve_no_files(str_cat(R"({ "model": { "vocab_size": 128256, "d_model": )", d, R"(, "num_layers": )", layers,
+                                               R"(, "max_seq_len": 8192, "block": { "mixer": { "type": "attention", "num_heads": )", hq,
+                                               R"(, "num_kv_heads": )", hkv, R"(, "head_dim": )", dh,
+                                               R"(, "rope_theta": 500000.0 }, "mlp": { "type": "swiglu", "intermediate_size": )", ffn,
+                                               " } } }", rest));
+    REQUIRE(llama.model.num_layers() == layers);
+    REQUIRE(llama.model.layers[0].mlp.intermediate_size == ffn);
+    require_idempotent(llama, ResolveOptions{.check_files = false});
+  }
 }

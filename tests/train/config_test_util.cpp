@@ -6,7 +6,8 @@
 namespace hyb::config_test {
 
 void ScratchDir::shard(const std::string& path, int64_t n, uint64_t seed) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
   RngStream g(seed, "config_test.shard");
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = uint16_t(g.below(50257));
