@@ -48,12 +48,14 @@ std::string bare_type(KeyType type, const Range& range, const std::vector<std::s
 }
 
 std::string list_description(const KeySpec& spec) {
-  const std::string elem = bare_type(spec.elem, spec.range, spec.values);
+  const std::string range = spec.range.unbounded() ? std::string() : " " + spec.range.text();
   const std::string count = spec.list_len >= 0 ? str_cat(spec.list_len, " ") : std::string();
-  return str_cat("list of ", count, elem == "number" || elem.rfind("number ", 0) == 0 ? "numbers" + elem.substr(6)
-                                     : elem.rfind("integer", 0) == 0                   ? "integers" + elem.substr(7)
-                                     : elem == "string"                                ? std::string("strings")
-                                                                                       : elem);
+  switch (spec.elem) {
+    case KeyType::integer: return str_cat("list of ", count, "integers", range);
+    case KeyType::number: return str_cat("list of ", count, "numbers", range);
+    case KeyType::string: return str_cat("list of ", count, "strings");
+    default: return str_cat("list of ", count, "values");
+  }
 }
 
 std::string with_article(const std::string& s) {

@@ -135,6 +135,18 @@ TEST_CASE("the quickstart with attention in place of nha resolves to every key s
   require_idempotent(rc, ResolveOptions{});
 }
 
+TEST_CASE("the quickstart with only its type changed to attention is refused at the first nha-only key", "[config][resolve]") {
+  std::string literal = kQuickstart;
+  literal.replace(literal.find("\"head_dim\": 32,"), 15, "\"head_dim\": 32, \"value_head_dim\": 32, \"slots\": 16,");
+  REQUIRE(error_no_files(literal, {}, "configs/quickstart.json") ==
+          "configs/quickstart.json: model.block.mixer.value_head_dim: unknown key (did you mean \"model.block.mixer.v_head_dim\"?) "
+          "(in model.layers[*])");
+  std::string full_window = kQuickstart;
+  full_window.replace(full_window.find("\"window\": 0 }"), 13, "\"window\": -1 }");
+  REQUIRE(error_no_files(full_window, {}, "configs/quickstart.json") ==
+          "configs/quickstart.json: model.overrides[0].mixer.window: expected an integer >= 0, got -1 (in model.layers[3])");
+}
+
 TEST_CASE("token budgets and token warm-ups convert to steps with ceil as in config.md 10.2", "[config][resolve]") {
   RunConfig rc = resolve_340m(kUniform340m);
   REQUIRE(rc.train->steps == 28611);
