@@ -16,7 +16,7 @@ int cmd_tokenize(Args& args);
 const CliCommand kCommands[] = {
     {"help", "list the commands", nullptr},
     {"bench", "time the CUDA kernels against the measured copy and GEMM ceilings (hybrid bench ops)", cmd_bench},
-    {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers]; config keys", cmd_config},
+    {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers | --params]; config keys", cmd_config},
     {"plot", "draw train/val loss curves of a metrics.jsonl as SVG", cmd_plot},
     {"tokenize", "text to llm.c token shards and a manifest (--preset tinyshakespeare|brown or --input FILE...)", cmd_tokenize},
 };

@@ -2,6 +2,7 @@
 
 #include "config_test_util.h"
 #include "layers/mlp/mlp_config.h"
+#include "layers/softmax_attention/attention.h"
 #include "layers/softmax_attention/attention_config.h"
 #include "core/sha256.h"
 #include "train/config/config_hash.h"
@@ -108,7 +109,7 @@ TEST_CASE("the quickstart with attention in place of nha resolves to every key s
   REQUIRE(rc.model.max_seq_len == 128);
   REQUIRE(rc.model.num_layers() == 4);
   for (int i = 0; i < 4; ++i) {
-    AttentionConfig a = attention_config_from_json(rc.model.layers[size_t(i)].mixer);
+    AttentionConfig a = attention_config_from_json(nlohmann::json(rc.model.layers[size_t(i)].mixer));
     REQUIRE(a.window == (i == 3 ? 0 : 16));
     REQUIRE(a.head_dim == 32);
     REQUIRE(a.v_head_dim == 32);
@@ -299,7 +300,7 @@ TEST_CASE("attention derives its sizes and checks the rules of attention.md 10",
   LayerConfigContext ctx{.d_model = 768, .max_seq_len = 1024, .num_layers = 12, .layer_index = 0, .blocks = nullptr};
   Json m = {{"type", "attention"}, {"num_heads", 12}, {"num_kv_heads", 4}};
   resolve_attention_config(m, ctx);
-  AttentionConfig a = attention_config_from_json(m);
+  AttentionConfig a = attention_config_from_json(nlohmann::json(m));
   REQUIRE(a.head_dim == 64);
   REQUIRE(a.v_head_dim == 64);
   REQUIRE(a.num_kv_heads == 4);

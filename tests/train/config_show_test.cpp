@@ -5,6 +5,7 @@
 
 #include "config_test_util.h"
 #include "train/config/config_layers_view.h"
+#include "train/config/config_params_view.h"
 #include "train/config/config_schema.h"
 
 using namespace hyb;
@@ -70,4 +71,32 @@ TEST_CASE("the reference lists every key of every table with its default", "[con
                           "| `final_ratio` | number in [0, 1] | `0.1` |", "| `recall-64` | 8192 |", "### `model.block.mixer.rope_scaling`",
                           "| `head_dim` | integer >= 1, or null | null: d_model / num_heads |"})
     REQUIRE_THAT(md, Catch::Contains(row));
+}
+
+TEST_CASE("config show --params lists every parameter with its decay and lr multiplier, then the totals", "[config][show]") {
+  RunConfig rc = resolve_no_files(R"({"model": {"d_model": 128, "num_layers": 4,
+      "block": {"mixer": {"type": "attention", "num_heads": 4, "window": 16}}},
+    "data": {"train": "t.bin", "seq_len": 128},
+    "train": {"batch_size": 16, "steps": 300, "optimizer": {"lr": 0.002, "weight_decay": 0.05,
+              "param_groups": [{"params": "model.layers.3.*", "lr_mult": 0.5}]}}})");
+  const std::string v = params_view(rc);
+  // Per layer (attention.md 6, 7): q, k, v, o 128 x 128 each, SwiGLU 3 x 128 x 512, two norms of 128.
+  const int64_t per_layer = 4 * 128 * 128 + 3 * 128 * 512 + 2 * 128;
+  const int64_t non_embedding = 4 * per_layer + 128, embedding = 50304 * 128;
+  REQUIRE_THAT(v, Catch::EndsWith(str_cat("parameters: ", embedding + non_embedding, "  non-embedding: ", non_embedding, "\n")));
+  auto line_of = [&](const std::string& name) {
+    const size_t a = v.find(name + " ");
+    REQUIRE(a != std::string::npos);
+    std::string line;  // runs of spaces (column padding) as one
+    for (char c : v.substr(a, v.find('\n', a) - a))
+      if (c != ' ' || line.empty() || line.back() != ' ') line += c;
+    return line;
+  };
+  REQUIRE_THAT(line_of("model.embeddings.weight"), Catch::Contains("(50304, 128) 6438912 weight_decay=0.05 lr_mult=1.0"));
+  REQUIRE_THAT(line_of("model.layers.0.mixer.q_proj.weight"), Catch::Contains("(128, 128) 16384 weight_decay=0.05 lr_mult=1.0"));
+  REQUIRE_THAT(line_of("model.layers.3.mlp.down_proj.weight"), Catch::Contains("(128, 512) 65536 weight_decay=0.05 lr_mult=0.5"));
+  REQUIRE_THAT(line_of("model.layers.3.mixer_norm.weight"), Catch::Contains("(128,) 128 weight_decay=0.0 lr_mult=0.5"));
+  REQUIRE_THAT(line_of("model.norm.weight"), Catch::Contains("weight_decay=0.0 lr_mult=1.0"));
+  RunConfig untied = resolve_no_files(rc.resolved.dump(), {"model.tie_embeddings=false"});
+  REQUIRE_THAT(params_view(untied), Catch::EndsWith(str_cat("parameters: ", 2 * embedding + non_embedding, "  non-embedding: ", non_embedding, "\n")));
 }

@@ -176,12 +176,13 @@ TEST_CASE("parameter groups set weight decay and lr multipliers by glob, the las
   RunConfig rc = resolve_no_files(with_train(R"({"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.1, "weight_decay": 0.05,
       "param_groups": [{"params": "*.mixer.*", "lr_mult": 0.5}, {"params": ["*.q_proj.weight", "model.norm.?eight"], "weight_decay": 0.2},
                        {"params": "model.layers.1.*", "lr_mult": 2}]}})"));
-  const std::vector<ParamInfo> params = {{"model.embeddings.weight", 2},
-                                         {"model.layers.0.mixer.q_proj.weight", 2},
-                                         {"model.layers.0.mixer.q_norm.weight", 1},
-                                         {"model.layers.1.mixer.q_proj.weight", 2},
-                                         {"model.layers.1.mixer.gss.dss.kernel", 2, true},
-                                         {"model.norm.weight", 1}};
+  // The decay flags are the modules' default decay set (a family may leave a matrix out: the gss kernel).
+  const std::vector<NamedParameter> params = {{"model.embeddings.weight", Var(), true},
+                                              {"model.layers.0.mixer.q_proj.weight", Var(), true},
+                                              {"model.layers.0.mixer.q_norm.weight", Var(), false},
+                                              {"model.layers.1.mixer.q_proj.weight", Var(), true},
+                                              {"model.layers.1.mixer.gss.dss.kernel", Var(), false},
+                                              {"model.norm.weight", Var(), false}};
   auto s = resolve_param_settings(rc.train->optimizer.weight_decay, rc.train->optimizer.param_groups, params);
   REQUIRE(s[0].weight_decay == 0.05);
   REQUIRE(s[0].lr_mult == 1);
@@ -196,7 +197,7 @@ TEST_CASE("parameter groups set weight decay and lr multipliers by glob, the las
 
   RunConfig unmatched = resolve_no_files(with_train(R"({"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.1,
       "param_groups": [{"params": ["*.weight", "model.layers.*.gss.dss.*"], "weight_decay": 0.0}]}})"));
-  REQUIRE_THROWS_WITH(resolve_param_settings(0.1, unmatched.train->optimizer.param_groups, {{"model.norm.weight", 1}}),
+  REQUIRE_THROWS_WITH(resolve_param_settings(0.1, unmatched.train->optimizer.param_groups, {{"model.norm.weight", Var(), false}}),
                       "configs/x.json: train.optimizer.param_groups[0].params[1]: expected a glob that matches a parameter, "
                       "got \"model.layers.*.gss.dss.*\" (no parameter matches)");
   REQUIRE(error_no_files(with_train(R"({"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.1, "param_groups": [{"params": "model/x"}]}})")) ==

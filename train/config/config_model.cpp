@@ -2,6 +2,8 @@
 // 64 (50304 for GPT-2, attention.md 7); the rows above the tokenizer's are padding.
 #include "train/config/config_model.h"
 
+#include "train/model_from_config.h"
+
 namespace hyb {
 
 namespace {
@@ -86,13 +88,12 @@ Json resolve_model_keys(const Json& model, const Json& data) {
     else if (m["vocab_size"] != vocab)
       throw ConfigKeyError("model.vocab_size", expected_problem(str_cat("null or ", vocab.dump(), " (data.mqar.vocab)"), m["vocab_size"]));
   } else {
-    const bool gpt2 = data["tokenizer"] == "gpt2";
-    const int64_t tokenizer_vocab = gpt2 ? 50257 : 256;
-    if (m["vocab_size"].is_null()) m["vocab_size"] = gpt2 ? 50304 : 256;
-    if (json_int(m["vocab_size"]) < tokenizer_vocab)
+    const std::string tokenizer = data["tokenizer"].get<std::string>();
+    const int64_t vocab = tokenizer_vocab(tokenizer);
+    if (m["vocab_size"].is_null()) m["vocab_size"] = (vocab + 63) / 64 * 64;
+    if (json_int(m["vocab_size"]) < vocab)
       throw ConfigKeyError("model.vocab_size",
-                           expected_problem(str_cat("an integer >= ", tokenizer_vocab, " (the vocabulary of the ",
-                                                    data["tokenizer"].get<std::string>(), " tokenizer)"),
+                           expected_problem(str_cat("an integer >= ", vocab, " (the vocabulary of the ", tokenizer, " tokenizer)"),
                                             m["vocab_size"]));
   }
   if (m["max_seq_len"].is_null()) m["max_seq_len"] = data["seq_len"];

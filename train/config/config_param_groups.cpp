@@ -58,9 +58,9 @@ bool param_glob_matches(const std::string& glob, const std::string& name) {
 }
 
 std::vector<ParamSetting> resolve_param_settings(double weight_decay, const std::vector<ParamGroup>& groups,
-                                                 const std::vector<ParamInfo>& params) {
+                                                 const std::vector<NamedParameter>& params) {
   std::vector<ParamSetting> out;
-  for (const ParamInfo& p : params) out.push_back({p.ndim >= 2 && !p.family_no_decay ? weight_decay : 0.0, 1.0});
+  for (const NamedParameter& p : params) out.push_back({p.decay ? weight_decay : 0.0, 1.0});
   for (const ParamGroup& g : groups) {
     for (size_t k = 0; k < g.globs.size(); ++k) {
       bool matched = false;

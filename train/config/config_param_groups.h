@@ -2,13 +2,14 @@
 // glob over parameter names (`*` any run of characters, dots included; `?` one character). The
 // globs are checked for syntax when the config resolves; matching needs the model's parameter
 // names, so it happens when the optimizer is built, and a glob that matches nothing is an error.
-//   std::vector<ParamSetting> s = resolve_param_settings(cfg.train->optimizer, infos);
+//   auto s = resolve_param_settings(opt.weight_decay, opt.param_groups, model.named_parameters());
 #pragma once
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config_table.h"
+#include "layers/module.h"
 
 namespace hyb {
 
@@ -27,21 +28,16 @@ struct ParamGroup {
   std::vector<std::string> glob_paths;          // train.optimizer.param_groups[k].params(...), per glob
 };
 
-struct ParamInfo {
-  std::string name;              // model.layers.3.mixer.q_proj.weight
-  int64_t ndim = 0;
-  bool family_no_decay = false;  // the family's spec lists it without weight decay (pha.md 8)
-};
-
 struct ParamSetting {
   double weight_decay = 0;
   double lr_mult = 1;
 };
 
-// The default decay set (two or more dims and not listed by the family: weight_decay; otherwise 0),
-// then for each field the last group that matches and sets it. Throws hyb::Error
-// "SOURCE: PATH: expected a glob that matches a parameter, got ... (no parameter matches)".
+// The default decay set (NamedParameter::decay: two or more dims unless the family says otherwise)
+// decays with `weight_decay`, the rest not; then for each field the last group that matches and sets
+// it decides. Throws hyb::Error "SOURCE: PATH: expected a glob that matches a parameter, got ...
+// (no parameter matches)".
 std::vector<ParamSetting> resolve_param_settings(double weight_decay, const std::vector<ParamGroup>& groups,
-                                                 const std::vector<ParamInfo>& params);
+                                                 const std::vector<NamedParameter>& params);
 
 }  // namespace hyb
