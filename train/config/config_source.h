@@ -26,7 +26,6 @@ class SourceMap {
     return file_;
   }
   Origin origin(const std::string& path) const { return {source_of(path), path}; }
-  const std::string& file() const { return file_; }
 
  private:
   std::string file_;
