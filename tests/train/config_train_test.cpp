@@ -116,6 +116,9 @@ TEST_CASE("validation during training needs a validation split", "[config][train
   REQUIRE(frac.data.val_fraction == 0.1);
   REQUIRE(error_no_files(with_train(R"({"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.1}, "window_randomization": {"p_full": 0.25}})")) ==
           "configs/x.json: train.window_randomization: cannot be used here: the model has no nha layer");
+  // An object that an assignment created is the assignment's.
+  REQUIRE(error_no_files(with_train(R"({"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.1}})"), {"train.window_randomization.p_full=0.25"}) ==
+          "--set: train.window_randomization: cannot be used here: the model has no nha layer");
   REQUIRE(error_no_files(with_train(R"({"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.1}})", R"({"train": "t.bin", "val": "v.bin", "val_fraction": 0.1})")) ==
           "configs/x.json: data.val_fraction: cannot be used here: data.val is given");
 }

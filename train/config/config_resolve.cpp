@@ -53,6 +53,26 @@ void refuse_compact_paths(const Json& cfg, const Assignment& a) {
                           cannot_be_used_problem("this config lists its layers explicitly; set model.layers[...] instead")));
 }
 
+// The outermost object that an assignment to `path` created (absent or null before it), so that an
+// error about that object names --set; `path` itself when everything above it was written.
+std::string outermost_created(const Json& before, const std::string& path) {
+  const ConfigPath p = *parse_config_path(path);  // a concrete path: keys and plain indices
+  const Json* node = &before;
+  std::string prefix;
+  for (const PathStep& step : p.steps) {
+    if (step.is_key) {
+      prefix = join_path(prefix, step.key);
+      if (!node->is_object() || !node->contains(step.key) || (*node)[step.key].is_null()) return prefix;
+      node = &(*node)[step.key];
+    } else {
+      const int64_t i = step.selector.items[0].index;
+      prefix = str_cat(prefix, "[", i, "]");
+      node = &(*node)[size_t(i)];  // selected elements exist: assign_path checked
+    }
+  }
+  return path;
+}
+
 // Validation needs a split to validate on: data.val, data.val_fraction or the MQAR test set.
 void check_between_sections(const Json& data, const Json& train, const Json& eval, const Json& layers) {
   const bool has_val =
@@ -92,7 +112,10 @@ RunConfig resolve_run_config(const Json& written, const std::string& source, con
   for (const Assignment& a : sets) {
     if (a.phase2()) continue;
     refuse_compact_paths(cfg, a);
-    guarded_set([&] { assign_path(cfg, a.path, 0, "", a.value, [&](const std::string& p) { src.add_set(p); }); });
+    const Json before = cfg;
+    guarded_set([&] {
+      assign_path(cfg, a.path, 0, "", a.value, [&](const std::string& p) { src.add_set(outermost_created(before, p)); });
+    });
   }
 
   std::string name;
