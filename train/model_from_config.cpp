@@ -2,42 +2,34 @@
 
 namespace hyb {
 
-using json = nlohmann::json;
-
 int64_t tokenizer_vocab(const std::string& t) {
   if (t == "gpt2") return 50257;
   if (t == "byte") return 256;
   throw Error(str_cat("data.tokenizer: expected \"gpt2\" or \"byte\", got \"", t, "\""));
 }
 
-LmConfig model_config_from_resolved(const json& cfg) {
-  const json& m = cfg.at("model");
-  const json& d = cfg.at("data");
+LmConfig lm_config_from_run(const RunConfig& rc) {
+  const ModelConfig& m = rc.model;
   LmConfig c;
-  c.vocab_size = m.at("vocab_size").get<int64_t>();
-  c.real_vocab = d.value("task", std::string("lm")) == "mqar" ? c.vocab_size
-                                                               : tokenizer_vocab(d.at("tokenizer").get<std::string>());
-  c.d_model = m.at("d_model").get<int64_t>();
-  c.max_seq_len = m.at("max_seq_len").get<int64_t>();
-  c.norm_eps = m.at("norm_eps").get<double>();
-  c.tie_embeddings = m.at("tie_embeddings").get<bool>();
-  c.embed_scale_sqrt_d = m.at("embed_scale").get<std::string>() == "sqrt_d_model";
-  c.init = m.at("init").get<std::string>();
-  c.init_std = m.at("init_std").get<double>();
-  for (const json& layer : m.at("layers")) {
-    LayerSpec s;
-    s.mixer = layer.at("mixer");
-    const json& mlp = layer.at("mlp");
-    s.mlp_type = mlp.at("type").get<std::string>();
-    if (s.mlp_type != "none") s.intermediate_size = mlp.at("intermediate_size").get<int64_t>();
-    c.layers.push_back(std::move(s));
-  }
+  c.vocab_size = m.vocab_size;
+  c.real_vocab = rc.data.task == "mqar" ? m.vocab_size : tokenizer_vocab(rc.data.tokenizer);
+  c.d_model = m.d_model;
+  c.max_seq_len = m.max_seq_len;
+  c.norm_eps = m.norm_eps;
+  c.tie_embeddings = m.tie_embeddings;
+  c.embed_scale_sqrt_d = m.embed_scale == "sqrt_d_model";
+  c.embed_dropout = m.embed_dropout;
+  c.init = m.init;
+  c.init_std = m.init_std;
+  c.seed = rc.train ? rc.train->seed : 0;
+  for (const LayerConfig& l : m.layers)
+    c.layers.push_back({nlohmann::json::parse(l.mixer.dump()), l.mlp.type, l.mlp.intermediate_size});
   return c;
 }
 
-std::unique_ptr<CausalLM> build_model(const json& resolved, Device device, uint64_t seed) {
+std::unique_ptr<CausalLM> build_model(const RunConfig& rc, Device device, uint64_t seed) {
   ParameterScope scope(device);
-  auto lm = std::make_unique<CausalLM>(model_config_from_resolved(resolved));
+  auto lm = std::make_unique<CausalLM>(lm_config_from_run(rc));
   lm->initialize(seed);
   return lm;
 }

@@ -1,19 +1,20 @@
-// The model a resolved run config describes (config.md 3, 9): its LmConfig, and the model built
-// and initialised from it. The config must already be resolved (every key present, layers explicit).
+// The model a resolved run config describes (config.md 3, 9): the LmConfig, and the model built and
+// initialised from it.
+//   std::unique_ptr<CausalLM> lm = build_model(rc, Device::cpu(), rc.train->seed);
 #pragma once
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "layers/model/causal_lm.h"
+#include "train/config/run_config.h"
 
 namespace hyb {
 
 // Vocabulary of a tokenizer name: "gpt2" 50257, "byte" 256.
 int64_t tokenizer_vocab(const std::string& tokenizer);
 
-LmConfig model_config_from_resolved(const nlohmann::json& resolved);
+LmConfig lm_config_from_run(const RunConfig& rc);
 
-// Built with its parameters on `device` (f32 masters) and initialised from `seed` (config.md 3.8).
-std::unique_ptr<CausalLM> build_model(const nlohmann::json& resolved, Device device, uint64_t seed);
+// Parameters (f32 masters) on `device`, initialised from `seed` (config.md 3.8).
+std::unique_ptr<CausalLM> build_model(const RunConfig& rc, Device device, uint64_t seed);
 
 }  // namespace hyb

@@ -4,6 +4,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "kernels/exp_cpu.h"
 #include "layers/loss/cross_entropy_op.h"
 
 namespace hyb {
@@ -37,10 +38,10 @@ CrossEntropyResult cross_entropy_forward_cpu(const Tensor& logits0, const Tensor
           int64_t best = 0;
           for (int64_t v = 1; v < vocab; ++v)
             if (z[v] > z[best]) best = v;
-          const double m = double(z[best]);
-          double sum = 0;
-          for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(z[v]) - m);
-          const double l = m + std::log(sum);
+          const T m = z[best];
+          T sum = 0;  // fp32 math on the f32 path (vectorised exp), fp64 on the f64 path
+          for (int64_t v = 0; v < vocab; ++v) sum += exp_cpu(z[v] - m);
+          const double l = double(m) + std::log(double(sum));
           lse[n] = S(l);
           ap[n] = int32_t(best);
           nll[n] = tp[n] == ignore_index ? S(0) : S(l - double(z[tp[n]]));
@@ -61,16 +62,20 @@ Tensor cross_entropy_backward_cpu(const CrossEntropySaved& s, double dloss) {
     using T = decltype(tag);
     const T* zp = logits.data<T>();
     T* dp = dz.data<T>();
-    Tensor lse64 = s.lse.to(DType::f64);
-    const double* lse = lse64.data<double>();
+    Tensor lse_t = s.lse.to(logits.dtype());
+    const T* lse = lse_t.data<T>();
+    const T sc = T(scale);
     parallel_for(N, 8, [&](int64_t lo, int64_t hi) {
       for (int64_t n = lo; n < hi; ++n) {
         T* d = dp + n * Vp;
-        const bool counted = tp[n] != s.ignore_index;
-        for (int64_t v = 0; v < Vp; ++v) {
-          const double p = v < s.vocab ? std::exp(double(zp[n * Vp + v]) - lse[n]) : 0.0;
-          d[v] = counted ? T(scale * (p - (v == tp[n] ? 1.0 : 0.0))) : T(0);
+        const T* z = zp + n * Vp;
+        if (tp[n] == s.ignore_index) {
+          std::fill(d, d + Vp, T(0));
+          continue;
         }
+        for (int64_t v = 0; v < s.vocab; ++v) d[v] = sc * exp_cpu(z[v] - lse[n]);
+        std::fill(d + s.vocab, d + Vp, T(0));
+        d[tp[n]] -= sc;
       }
     });
   });

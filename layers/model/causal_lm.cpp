@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "autograd/ops/binary.h"
+#include "autograd/ops/dropout.h"
+#include "autograd/ops/unary.h"
 #include "autograd/ops/shape_ops.h"
 #include "autograd/ops/matmul.h"
 #include "layers/loss/cross_entropy_op.h"
@@ -45,9 +47,11 @@ int64_t LmDecodeState::bytes() const {
 }
 
 Backbone::Backbone(const LmConfig& cfg) : cfg_(cfg) {
-  HYB_CHECK(!cfg.embed_scale_sqrt_d, "model.embed_scale: \"sqrt_d_model\" is not supported yet");
+  // With the sqrt(d) embedding scale the table starts at N(0, 1/d), so embedded inputs have unit scale
+  // (config.md 3.8, pha.md Choice 10).
+  const double emb_std = cfg.embed_scale_sqrt_d ? 1.0 / std::sqrt(double(cfg.d_model)) : cfg.init_std;
   embeddings_ = register_module("embeddings", std::make_unique<Embedding>(cfg.vocab_size, cfg.d_model,
-                                                                          ParamInit::normal(cfg.init_std)));
+                                                                          ParamInit::normal(emb_std)));
   auto layers = std::make_unique<ModuleList>();
   for (size_t i = 0; i < cfg.layers.size(); ++i)
     blocks_.push_back(layers->add(std::to_string(i), std::make_unique<Block>(cfg.layers[i], cfg, int64_t(i))));
@@ -55,17 +59,25 @@ Backbone::Backbone(const LmConfig& cfg) : cfg_(cfg) {
   norm_ = register_module("norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
 }
 
+Var Backbone::embed(const Tensor& ids, DType compute) {
+  Var h = embeddings_->forward(ids, compute);
+  if (cfg_.embed_scale_sqrt_d) h = mul_scalar(h, std::sqrt(double(cfg_.d_model)));
+  if (cfg_.embed_dropout > 0 && training())
+    h = dropout(h, cfg_.embed_dropout, cfg_.seed, "model.embed_dropout", rng_step_ << 32, true);
+  return h;
+}
+
 Var Backbone::decode(const Tensor& ids, LmDecodeState& state, DType compute) {
   HYB_CHECK(state.layers.size() == blocks_.size(), "decode: state for ", state.layers.size(), " layers, model has ",
             blocks_.size());
-  Var h = embeddings_->forward(ids, compute);
+  Var h = embed(ids, compute);
   for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->decode(h, *state.layers[i]);
   return norm_->forward(h);
 }
 
 Var Backbone::forward(const Tensor& ids, DType compute) {
   ModuleScope scope("model");
-  Var h = embeddings_->forward(ids, compute);
+  Var h = embed(ids, compute);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     ModuleScope layer_scope("layers." + std::to_string(i));
     h = blocks_[i]->forward(h);

@@ -29,6 +29,8 @@ struct LmConfig {
   double norm_eps = 1e-5;
   bool tie_embeddings = true;
   bool embed_scale_sqrt_d = false;
+  double embed_dropout = 0.0;
+  uint64_t seed = 0;  // the run's seed: dropout masks are drawn from it (config.md 6.1)
   std::string init = "family";
   double init_std = 0.02;
   std::vector<LayerSpec> layers;
@@ -59,11 +61,16 @@ class Backbone : public Module {
   explicit Backbone(const LmConfig& cfg);
   Var forward(const Tensor& ids, DType compute);
   Var decode(const Tensor& ids, LmDecodeState& state, DType compute);
+  // Which micro-step the next forward is: dropout masks depend on it (and on nothing else that a
+  // resumed run could not reproduce).
+  void set_rng_step(uint64_t step) { rng_step_ = step; }
   Embedding& embeddings() { return *embeddings_; }
   std::vector<Block*>& blocks() { return blocks_; }
 
  private:
+  Var embed(const Tensor& ids, DType compute);
   const LmConfig& cfg_;
+  uint64_t rng_step_ = 0;
   Embedding* embeddings_;
   std::vector<Block*> blocks_;
   RmsNorm* norm_;
@@ -81,6 +88,7 @@ class CausalLM : public Module {
   Var decode_logits(const Tensor& ids, LmDecodeState& state, DType compute);
   const LmConfig& config() const { return cfg_; }
   Backbone& backbone() { return *model_; }
+  void set_rng_step(uint64_t step) { model_->set_rng_step(step); }
 
  private:
   Var project_to_vocab(const Var& h);  // (B, T, C) -> (B*T, vocab_size)

@@ -10,7 +10,7 @@ namespace hyb {
 
 std::string params_view(const RunConfig& rc) {
   ParameterScope scope(Device::cpu());
-  CausalLM lm(model_config_from_resolved(nlohmann::json(rc.resolved)));
+  CausalLM lm(lm_config_from_run(rc));
   const std::vector<NamedParameter> params = lm.named_parameters();
   OptimizerConfig opt;
   if (rc.train) opt = rc.train->optimizer;

@@ -1,0 +1,67 @@
+// `hybrid eval --checkpoint DIR [--data SHARD...] [--set PATH=VALUE ...] [--max-windows M] [--batch B]
+//  [--out FILE]`: loss, perplexity, token accuracy and bits per byte of a checkpoint (eval.md 2) on the
+// config's validation split or the shards given. --set applies to the checkpoint's resolved config
+// before the model is built (a layer's window can change; a shape change fails at load naming the
+// tensor). The record goes to DIR/eval.jsonl (or --out).
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "eval/perplexity.h"
+#include "eval/records.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_model.h"
+#include "train/cli.h"
+
+namespace hyb {
+
+namespace fs = std::filesystem;
+
+int cmd_eval(Args& args) {
+  const std::string dir = args.value("--checkpoint");
+  std::vector<std::string> data = args.values("--data");
+  std::vector<std::string> sets = args.values("--set");
+  const int64_t max_windows = args.integer("--max-windows", -1);
+  const int64_t batch = args.integer("--batch", 8);
+  std::string out = args.value("--out", "");
+  args.finish();
+  LoadedModel lm = load_model_from_checkpoint(dir, sets);
+  const RunConfig& rc = lm.config;
+  DataStreams streams = data.empty() ? open_data_streams(rc.data.files.train, rc.data.files.val, rc.data.val_fraction)
+                                     : open_data_streams({}, data, 0.0);
+  HYB_CHECK(streams.val.size() > 0, "eval: ", dir, "'s config has no validation split; give --data SHARD...");
+  const int64_t T = rc.data.seq_len;
+  EvalWindows windows(streams.val, T, lm.model->config().real_vocab,
+                      max_windows >= 0 ? max_windows : rc.eval.max_windows.value_or(-1));
+  HYB_CHECK(windows.count() > 0, "eval: the validation stream holds no window of ", T + 1, " tokens");
+  spdlog::info("eval {}: {} windows of {} tokens on {}", dir, windows.count(), T, lm.device.str());
+  PplResult r = evaluate_ppl(*lm.model, windows, batch, lm.device, lm.compute);
+  auto tok = make_tokenizer(rc.data.tokenizer);
+  double bytes = 0;
+  for (int64_t first = 0; first < windows.count(); first += 64) {
+    Batch b = windows.batch(first, std::min<int64_t>(64, windows.count() - first));
+    for (double id : b.targets.to_double_vector()) bytes += double(tok->byte_length(int32_t(id)));
+  }
+  const double bpb = r.nll_sum / (std::log(2.0) * bytes);
+  std::printf("loss %.4f  ppl %.2f  token_acc %.2f%%  bits_per_byte %.4f  (%lld windows, %lld targets)\n", r.loss(),
+              std::exp(r.loss()), 100 * r.token_acc(), bpb, static_cast<long long>(r.windows),
+              static_cast<long long>(r.targets));
+  if (out.empty()) out = (fs::path(lm.checkpoint_dir) / "eval.jsonl").string();
+  Record rec("ppl", {fs::path(dir).filename().string(), rc.sha256, lm.step, rc.train ? rc.train->seed : 0});
+  rec.add("split", data.empty() ? "val" : "data")
+      .add("T", T)
+      .add("stride", T)
+      .add("windows", r.windows)
+      .add("targets", r.targets)
+      .add("loss", r.loss())
+      .add("ppl", std::exp(r.loss()))
+      .add("bits_per_byte", bpb)
+      .add("token_acc", r.token_acc());
+  append_record(out, rec);
+  return 0;
+}
+
+}  // namespace hyb
