@@ -28,13 +28,17 @@ int cmd_eval(Args& args) {
   const int64_t batch = args.integer("--batch", 8);
   std::string out = args.value("--out", "");
   args.finish();
-  LoadedModel lm = load_model_from_checkpoint(dir, sets);
+  LoadedModel lm = load_model_from_checkpoint(dir, sets, /*check_files=*/data.empty());
   const RunConfig& rc = lm.config;
-  DataStreams streams = data.empty() ? open_data_streams(rc.data.files.train, rc.data.files.val, rc.data.val_fraction)
-                                     : open_data_streams({}, data, 0.0);
-  HYB_CHECK(streams.val.size() > 0, "eval: ", dir, "'s config has no validation split; give --data SHARD...");
+  TokenStream stream;
+  if (data.empty()) {
+    stream = open_data_streams(rc.data.files.train, rc.data.files.val, rc.data.val_fraction).val;
+    HYB_CHECK(stream.size() > 0, "eval: ", dir, "'s config has no validation split; give --data SHARD...");
+  } else {
+    stream = open_data_streams(data, {}, 0.0).train;
+  }
   const int64_t T = rc.data.seq_len;
-  EvalWindows windows(streams.val, T, lm.model->config().real_vocab,
+  EvalWindows windows(stream, T, lm.model->config().real_vocab,
                       max_windows >= 0 ? max_windows : rc.eval.max_windows.value_or(-1));
   HYB_CHECK(windows.count() > 0, "eval: the validation stream holds no window of ", T + 1, " tokens");
   spdlog::info("eval {}: {} windows of {} tokens on {}", dir, windows.count(), T, lm.device.str());

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/fault.h"
 #include "core/sha256.h"
 
 namespace hyb {
@@ -63,6 +64,7 @@ std::string save_checkpoint(const std::string& root, const CheckpointContents& c
     save_safetensors((tmp / "optimizer.safetensors").string(), optimizer->state_tensors(),
                      {{"format", "hybrid"}, {"config_sha256", c.config_sha256}, {"adam_t", std::to_string(optimizer->steps())}});
   }
+  fault_point("checkpoint.partial");
   json state = c.trainer_state;
   state["step"] = c.step;
   state["config_sha256"] = c.config_sha256;
@@ -75,6 +77,7 @@ std::string save_checkpoint(const std::string& root, const CheckpointContents& c
 
   auto all = list_checkpoints(root);
   for (size_t i = 0; i + size_t(keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+  fault_point("checkpoint.written");
   return final_dir.string();
 }
 

@@ -21,7 +21,7 @@ std::string resolve_checkpoint_dir(const std::string& dir) {
   return *latest;
 }
 
-LoadedModel load_model_from_checkpoint(const std::string& dir0, const std::vector<std::string>& sets) {
+LoadedModel load_model_from_checkpoint(const std::string& dir0, const std::vector<std::string>& sets, bool check_files) {
   LoadedModel lm;
   lm.checkpoint_dir = resolve_checkpoint_dir(dir0);
   LoadedCheckpoint ck = load_checkpoint(lm.checkpoint_dir);
@@ -34,7 +34,7 @@ LoadedModel load_model_from_checkpoint(const std::string& dir0, const std::vecto
             "... (the file was changed after the checkpoint was written; use --set)");
   ResolveOptions opt;
   opt.require_train = false;
-  opt.check_files = false;
+  opt.check_files = check_files;
   // A command that reads a checkpoint computes where it runs (config.md 6.1, eval.md 0): the device
   // and precision resolve for this machine, before the user's own assignments.
   std::vector<std::string> all_sets{"train.device=\"auto\"", "train.precision=\"auto\""};

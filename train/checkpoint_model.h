@@ -22,7 +22,9 @@ struct LoadedModel {
 };
 
 // DIR is a checkpoint or a run directory (its newest checkpoint).
-LoadedModel load_model_from_checkpoint(const std::string& dir, const std::vector<std::string>& sets);
+// check_files: resolve the data section's shard files too (evaluation on the config's split).
+LoadedModel load_model_from_checkpoint(const std::string& dir, const std::vector<std::string>& sets,
+                                       bool check_files = false);
 std::string resolve_checkpoint_dir(const std::string& dir);
 
 }  // namespace hyb

@@ -36,6 +36,9 @@ int cmd_train(Args& args) {
   HYB_CHECK(rc.data.task == "lm", "train: data.task \"", rc.data.task, "\" is not supported by this trainer yet");
 
   const std::string out_dir = tc.out_dir;
+  HYB_CHECK(resume || list_checkpoints((fs::path(out_dir) / "ckpt").string()).empty(), "train: ", out_dir,
+            " already holds checkpoints of a run; continue it with --resume ", out_dir,
+            ", or set train.out_dir (or name) to start another");
   spdlog::info("run {} | config_sha256 {} | device {} | precision {}", rc.name, rc.sha256, tc.device.str(), tc.precision);
   std::unique_ptr<CausalLM> model = build_model(rc, tc.device, tc.seed);
   const LmConfig& mc = model->config();
