@@ -1,0 +1,206 @@
+// The elementwise launch the ops' CUDA kernels share (unary, binary, dropout): a fresh contiguous
+// output y = f(x_1, ..., x_k) over operands of y's shape, each with any strides (0 along broadcast
+// dims). Two paths: when every input is contiguous and 16-byte aligned, a grid-stride loop over
+// 16-byte packs (the copy kernel's access pattern, so it runs near copy bandwidth); otherwise one
+// element per thread and step, its operand offsets found from the row-major index by dividing
+// through the merged dims. The divisions use precomputed multipliers (Granlund-Montgomery, as
+// PyTorch's IntDivider) on 32-bit indices, a few instructions each, so a broadcast bias add stays
+// memory-bound; tensors of 2^31 elements or more take plain 64-bit division.
+//   map_cuda<T>("silu_forward_kernel", x.shape(), {x}, SiluForward{});
+#pragma once
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "autograd/ops/broadcast.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/cuda_stream.h"
+#include "kernels/cuda_dispatch.cuh"
+#include "kernels/vector_io.cuh"
+
+namespace hyb {
+
+constexpr int kElementwiseThreads = 256;
+constexpr int kMaxMergedDims = 8;
+
+// n / d and n % d for a fixed d > 0. The 32-bit form: q = (umulhi(n, m) + n) >> s, exact for n < 2^31
+// (Granlund and Montgomery 1994, section 4); the 64-bit form divides.
+template <typename Index>
+struct Divmod {
+  Index d = 1;
+  uint32_t m = 0, s = 0;
+
+  Divmod() = default;
+  explicit Divmod(Index divisor) : d(divisor) {
+    if constexpr (std::is_same_v<Index, uint32_t>) {
+      while ((uint64_t(1) << s) < d) ++s;
+      m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - d)) / d + 1);
+    }
+  }
+  __device__ __forceinline__ Index div(Index n) const {
+    if constexpr (std::is_same_v<Index, uint32_t>) {
+      return (__umulhi(n, m) + n) >> s;
+    } else {
+      return n / d;
+    }
+  }
+};
+
+// N operands walked together in y's row-major order: dims inner to outer after dropping size-1 dims
+// and merging neighbours that are contiguous in every operand (a (B, T, C) + (C,) bias add becomes
+// (B*T, C) with strides {C, 1} and {0, 1}).
+template <int N, typename Index>
+struct StridedOffsets {
+  int ndim = 0;
+  Divmod<Index> size[kMaxMergedDims];
+  int64_t stride[kMaxMergedDims][N] = {};
+
+  // Element i's offset in each operand.
+  __device__ __forceinline__ void at(Index i, int64_t (&off)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxMergedDims; ++d) {
+      if (d == ndim) break;
+      Index idx = i;
+      if (d + 1 < ndim) {  // the outermost dim needs no division
+        const Index q = size[d].div(i);
+        idx = i - q * size[d].d;
+        i = q;
+      }
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += int64_t(idx) * stride[d][k];
+    }
+  }
+};
+
+// The merged layout of `shape` under N stride lists; throws naming `op` past kMaxMergedDims dims.
+template <int N, typename Index>
+StridedOffsets<N, Index> merge_dims(const char* op, const Shape& shape, const std::array<Shape, N>& strides) {
+  StridedOffsets<N, Index> l;
+  int64_t merged_size = 0;
+  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+    const int64_t n = shape[size_t(d)];
+    if (n == 1) continue;
+    bool merge = l.ndim > 0;
+    for (int k = 0; k < N && merge; ++k) merge = strides[k][size_t(d)] == l.stride[l.ndim - 1][k] * merged_size;
+    if (merge) {
+      merged_size *= n;
+      l.size[l.ndim - 1] = Divmod<Index>(Index(merged_size));
+      continue;
+    }
+    HYB_CHECK(l.ndim < kMaxMergedDims, op, ": ", shape_str(shape), " has more than ", kMaxMergedDims,
+              " dimensions that cannot be merged; the CUDA elementwise kernels take at most ", kMaxMergedDims);
+    merged_size = n;
+    l.size[l.ndim] = Divmod<Index>(Index(n));
+    for (int k = 0; k < N; ++k) l.stride[l.ndim][k] = strides[k][size_t(d)];
+    ++l.ndim;
+  }
+  return l;
+}
+
+template <typename T, int NIn>
+struct MapOperands {
+  T* y;
+  const T* x[NIn];
+};
+
+template <typename F, int NIn>
+__device__ __forceinline__ float apply_map(const F& f, const float (&v)[NIn]) {
+  static_assert(NIn >= 1 && NIn <= 3, "map functors take one to three operands");
+  if constexpr (NIn == 1) {
+    return f(v[0]);
+  } else if constexpr (NIn == 2) {
+    return f(v[0], v[1]);
+  } else {
+    return f(v[0], v[1], v[2]);
+  }
+}
+
+// y = f(x...) over n contiguous elements, kVec per 16-byte pack; the tail of n % kVec one at a time.
+template <typename T, int kVec, int NIn, typename F>
+__global__ void map_dense_kernel(MapOperands<T, NIn> o, int64_t n, F f) {
+  using P = Pack<T, kVec>;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t packs = n / kVec;
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    P in[NIn];
+#pragma unroll
+    for (int k = 0; k < NIn; ++k) in[k] = load_pack<P>(o.x[k] + p * kVec);
+    P out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      float v[NIn];
+#pragma unroll
+      for (int k = 0; k < NIn; ++k) v[k] = to_f32(in[k].v[j]);
+      out.v[j] = from_f32<T>(apply_map(f, v));
+    }
+    store_pack(o.y + p * kVec, out);
+  }
+  for (int64_t i = packs * kVec + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float v[NIn];
+#pragma unroll
+    for (int k = 0; k < NIn; ++k) v[k] = to_f32(o.x[k][i]);
+    o.y[i] = from_f32<T>(apply_map(f, v));
+  }
+}
+
+// The same over operands of any strides; y (operand 0 of the layout) is contiguous.
+template <typename T, int NIn, typename F, typename Index>
+__global__ void map_strided_kernel(MapOperands<T, NIn> o, StridedOffsets<NIn + 1, Index> l, Index n, F f) {
+  const Index stride = Index(gridDim.x) * blockDim.x;
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[NIn + 1];
+    l.at(i, off);
+    float v[NIn];
+#pragma unroll
+    for (int k = 0; k < NIn; ++k) v[k] = to_f32(o.x[k][off[k + 1]]);
+    o.y[off[0]] = from_f32<T>(apply_map(f, v));
+  }
+}
+
+// y = f(x...) as a new contiguous tensor of `shape`; each input broadcasts to `shape`. `kernel` names
+// the op in launch errors. F is a functor with a __device__ float operator()(float...).
+template <typename T, size_t NIn, typename F>
+Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor, NIn>& inputs, F f) {
+  constexpr int K = int(NIn);
+  const Device device = inputs[0].device();
+  Tensor y = Tensor::empty(shape, inputs[0].dtype(), device);
+  const int64_t n = y.numel();
+  if (n == 0) return y;
+  CudaDeviceGuard guard(device.index);
+  cudaStream_t stream = current_stream(device.index);
+  MapOperands<T, K> o;
+  o.y = y.data<T>();
+  std::array<Tensor, NIn> x;
+  bool dense = true, aligned = is_aligned(o.y, 16);
+  for (int k = 0; k < K; ++k) {
+    x[size_t(k)] = expand_view(inputs[size_t(k)], shape, kernel);
+    o.x[k] = x[size_t(k)].template data<T>();
+    dense = dense && x[size_t(k)].is_contiguous();
+    aligned = aligned && is_aligned(o.x[k], 16);
+  }
+  if (dense && aligned) {
+    constexpr int kVec = kPack16<T>;
+    const int grid = grid_blocks(n / kVec + 1, kElementwiseThreads, device.index);
+    map_dense_kernel<T, kVec, K><<<grid, kElementwiseThreads, 0, stream>>>(o, n, f);
+    HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
+    return y;
+  }
+  std::array<Shape, NIn + 1> strides;
+  strides[0] = y.strides();
+  for (size_t k = 0; k < NIn; ++k) strides[k + 1] = x[k].strides();
+  const int grid = grid_blocks(n, kElementwiseThreads, device.index);
+  if (n < (int64_t(1) << 31)) {
+    const auto l = merge_dims<K + 1, uint32_t>(kernel, shape, strides);
+    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
+  } else {
+    const auto l = merge_dims<K + 1, uint64_t>(kernel, shape, strides);
+    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
+  }
+  HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
+  return y;
+}
+
+}  // namespace hyb
