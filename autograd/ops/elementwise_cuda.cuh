@@ -1,11 +1,11 @@
 // The elementwise launch the ops' CUDA kernels share (unary, binary, dropout): a fresh contiguous
 // output y = f(x_1, ..., x_k) over operands of y's shape, each with any strides (0 along broadcast
-// dims). Two paths: when every input is contiguous and 16-byte aligned, a grid-stride loop over
-// 16-byte packs (the copy kernel's access pattern, so it runs near copy bandwidth); otherwise one
-// element per thread and step, its operand offsets found from the row-major index by dividing
-// through the merged dims. The divisions use precomputed multipliers (Granlund-Montgomery, as
-// PyTorch's IntDivider) on 32-bit indices, a few instructions each, so a broadcast bias add stays
-// memory-bound; tensors of 2^31 elements or more take plain 64-bit division.
+// dims). The dims are merged first (contiguous inputs become one dim), then two paths: when every
+// input is contiguous or constant along the innermost dim, a grid-stride loop over 16-byte packs (the
+// copy kernel's access pattern, so contiguous inputs and bias adds run near copy bandwidth); otherwise
+// (transposed views) one element per thread and step. Operand offsets come from the row-major index
+// by dividing through the merged dims with precomputed multipliers (Granlund-Montgomery, as PyTorch's
+// IntDivider) on 32-bit indices, a few instructions each; tensors of 2^31 elements or more divide in 64 bits.
 //   map_cuda<T>("silu_forward_kernel", x.shape(), {x}, SiluForward{});
 #pragma once
 #include <array>
@@ -118,16 +118,30 @@ __device__ __forceinline__ float apply_map(const F& f, const float (&v)[NIn]) {
   }
 }
 
-// y = f(x...) over n contiguous elements, kVec per 16-byte pack; the tail of n % kVec one at a time.
-template <typename T, int kVec, int NIn, typename F>
-__global__ void map_dense_kernel(MapOperands<T, NIn> o, int64_t n, F f) {
+// y = f(x...), a 16-byte pack of kVec elements per thread and step: every input is either contiguous
+// along the innermost merged dim (loaded as a pack) or constant along it (bit k of `splat`: one
+// element, repeated), so a bias add moves packs like a copy. The layout's division chain runs once per
+// pack. The tail of n % kVec elements (only when the layout is one dim) goes one at a time.
+template <typename T, int kVec, int NIn, typename F, typename Index>
+__global__ void map_packed_kernel(MapOperands<T, NIn> o, StridedOffsets<NIn + 1, Index> l, Index n, unsigned splat,
+                                  F f) {
   using P = Pack<T, kVec>;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t packs = n / kVec;
-  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+  const Index stride = Index(gridDim.x) * blockDim.x;
+  const Index packs = n / kVec;
+  for (Index p = Index(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    int64_t off[NIn + 1];
+    l.at(p * kVec, off);
     P in[NIn];
 #pragma unroll
-    for (int k = 0; k < NIn; ++k) in[k] = load_pack<P>(o.x[k] + p * kVec);
+    for (int k = 0; k < NIn; ++k) {
+      if ((splat >> k) & 1u) {
+        const T v = o.x[k][off[k + 1]];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) in[k].v[j] = v;
+      } else {
+        in[k] = load_pack<P>(o.x[k] + off[k + 1]);
+      }
+    }
     P out;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -136,17 +150,19 @@ __global__ void map_dense_kernel(MapOperands<T, NIn> o, int64_t n, F f) {
       for (int k = 0; k < NIn; ++k) v[k] = to_f32(in[k].v[j]);
       out.v[j] = from_f32<T>(apply_map(f, v));
     }
-    store_pack(o.y + p * kVec, out);
+    store_pack(o.y + int64_t(p) * kVec, out);
   }
-  for (int64_t i = packs * kVec + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (Index i = packs * kVec + Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[NIn + 1];
+    l.at(i, off);
     float v[NIn];
 #pragma unroll
-    for (int k = 0; k < NIn; ++k) v[k] = to_f32(o.x[k][i]);
+    for (int k = 0; k < NIn; ++k) v[k] = to_f32(o.x[k][off[k + 1]]);
     o.y[i] = from_f32<T>(apply_map(f, v));
   }
 }
 
-// The same over operands of any strides; y (operand 0 of the layout) is contiguous.
+// One element per thread and step, operands of any strides; y (operand 0 of the layout) is contiguous.
 template <typename T, int NIn, typename F, typename Index>
 __global__ void map_strided_kernel(MapOperands<T, NIn> o, StridedOffsets<NIn + 1, Index> l, Index n, F f) {
   const Index stride = Index(gridDim.x) * blockDim.x;
@@ -160,8 +176,30 @@ __global__ void map_strided_kernel(MapOperands<T, NIn> o, StridedOffsets<NIn + 1
   }
 }
 
+// Bit k set when input k is constant along the layout's innermost dim; false when some input is
+// neither constant nor packable there (unit stride, 16-byte aligned, outer strides whole packs), or
+// the innermost dim would split packs between rows.
+template <typename T, int NIn, typename Index>
+bool packable(const MapOperands<T, NIn>& o, const StridedOffsets<NIn + 1, Index>& l, unsigned* splat) {
+  constexpr int kVec = kPack16<T>;
+  *splat = 0;
+  if (!is_aligned(o.y, 16) || (l.ndim > 1 && l.size[0].d % kVec != 0)) return false;
+  for (int k = 0; k < NIn; ++k) {
+    const int64_t inner = l.ndim > 0 ? l.stride[0][k + 1] : 0;
+    if (inner == 0) {
+      *splat |= 1u << k;
+      continue;
+    }
+    if (inner != 1 || !is_aligned(o.x[k], 16)) return false;
+    for (int d = 1; d < l.ndim; ++d)
+      if (l.stride[d][k + 1] % kVec != 0) return false;
+  }
+  return true;
+}
+
 // y = f(x...) as a new contiguous tensor of `shape`; each input broadcasts to `shape`. `kernel` names
-// the op in launch errors. F is a functor with a __device__ float operator()(float...).
+// the op in launch errors. F is a functor with a __device__ float operator()(float...). Tensors of
+// 2^31 elements or more take the one-element path with 64-bit division (slow, and rare).
 template <typename T, size_t NIn, typename F>
 Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor, NIn>& inputs, F f) {
   constexpr int K = int(NIn);
@@ -174,32 +212,32 @@ Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor,
   MapOperands<T, K> o;
   o.y = y.data<T>();
   std::array<Tensor, NIn> x;
-  bool dense = true, aligned = is_aligned(o.y, 16);
-  for (int k = 0; k < K; ++k) {
-    x[size_t(k)] = expand_view(inputs[size_t(k)], shape, kernel);
-    o.x[k] = x[size_t(k)].template data<T>();
-    dense = dense && x[size_t(k)].is_contiguous();
-    aligned = aligned && is_aligned(o.x[k], 16);
+  std::array<Shape, NIn + 1> strides;
+  strides[0] = y.strides();
+  for (size_t k = 0; k < NIn; ++k) {
+    x[k] = expand_view(inputs[k], shape, kernel);
+    o.x[k] = x[k].template data<T>();
+    strides[k + 1] = x[k].strides();
   }
-  if (dense && aligned) {
-    constexpr int kVec = kPack16<T>;
-    const int grid = grid_blocks(n / kVec + 1, kElementwiseThreads, device.index);
-    map_dense_kernel<T, kVec, K><<<grid, kElementwiseThreads, 0, stream>>>(o, n, f);
+  if (n >= (int64_t(1) << 31)) {
+    const auto l = merge_dims<K + 1, uint64_t>(kernel, shape, strides);
+    const int grid = grid_blocks(n, kElementwiseThreads, device.index);
+    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
     return y;
   }
-  std::array<Shape, NIn + 1> strides;
-  strides[0] = y.strides();
-  for (size_t k = 0; k < NIn; ++k) strides[k + 1] = x[k].strides();
-  const int grid = grid_blocks(n, kElementwiseThreads, device.index);
-  if (n < (int64_t(1) << 31)) {
-    const auto l = merge_dims<K + 1, uint32_t>(kernel, shape, strides);
-    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
+  const auto l = merge_dims<K + 1, uint32_t>(kernel, shape, strides);
+  unsigned splat = 0;
+  if (packable(o, l, &splat)) {
+    constexpr int kVec = kPack16<T>;
+    const int grid = grid_blocks(n / kVec + 1, kElementwiseThreads, device.index);
+    map_packed_kernel<T, kVec, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), splat, f);
+    HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   } else {
-    const auto l = merge_dims<K + 1, uint64_t>(kernel, shape, strides);
-    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
+    const int grid = grid_blocks(n, kElementwiseThreads, device.index);
+    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
+    HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   }
-  HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   return y;
 }
 

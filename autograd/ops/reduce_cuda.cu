@@ -3,11 +3,12 @@
 // contiguous, any strides. Two mappings, chosen by which group holds the smaller stride:
 //   rows    (reduced dims innermost, e.g. a sum over the last dim): a warp per output when R < 4096, else a
 //           block of 256 threads; 16-byte packs when the reduced run is contiguous and aligned.
-//   columns (kept dims innermost, e.g. sum_to_shape of a (B, T, C) gradient to (C,)): a thread per output,
-//           neighbouring threads on neighbouring columns so loads coalesce.
+//   columns (kept dims innermost, e.g. sum_to_shape of a (B, T, C) gradient to (C,)): a thread per output
+//           (per 16-byte pack of outputs when the columns are contiguous and aligned), neighbouring
+//           threads on neighbouring columns so loads coalesce.
 // When M alone cannot fill the GPU, R is cut into a fixed number of chunks (from the shape, never the
 // device) whose fp32 partials a second kernel adds in chunk order. Every sum therefore has one fixed
-// order: no atomics, the same bits on every run and every GPU.
+// order whatever the GPU's size: no atomics, the same bits on every run.
 #include <algorithm>
 
 #include "autograd/ops/elementwise_cuda.cuh"
@@ -85,26 +86,32 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Columns: one thread per output, summing its chunk in order. Grid (ceil(M / 256), splits).
+// Columns: one thread per kVec neighbouring outputs, summing its chunk in order. Grid
+// (ceil(M / (256 kVec)), splits). kVec > 1: the innermost kept dim is contiguous and a multiple of
+// kVec long, every other stride a multiple of kVec, so each summand step is one aligned pack.
 // ---------------------------------------------------------------------------------------------------
-template <typename T, typename Index>
+template <typename T, int kVec, typename Index>
 __global__ void __launch_bounds__(kReduceThreads)
     sum_columns_kernel(const T* __restrict__ x, ReducePlan<Index> p, T* __restrict__ y, float* __restrict__ partial,
                        float scale) {
-  const Index o = Index(blockIdx.x) * kReduceThreads + threadIdx.x;
+  using P = Pack<T, kVec>;
+  const Index o = (Index(blockIdx.x) * kReduceThreads + threadIdx.x) * kVec;
   if (o >= p.M) return;
   int64_t base[1];
   p.kept.at(o, base);
   const Index r0 = Index(blockIdx.y) * p.chunk;
   const Index r1 = min(p.R, r0 + p.chunk);
-  float acc = 0.f;
+  float acc[kVec] = {};
 #pragma unroll 4
   for (Index r = r0; r < r1; ++r) {
     int64_t off[1];
     p.reduced.at(r, off);
-    acc += to_f32(x[base[0] + off[0]]);
+    const P v = load_pack<P>(x + base[0] + off[0]);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[j] += to_f32(v.v[j]);
   }
-  write_sum(y, partial, int64_t(o), int64_t(p.M), acc, scale);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) write_sum(y, partial, int64_t(o) + j, int64_t(p.M), acc[j], scale);
 }
 
 // y[o] = scale * sum_s partial[s, o], s in order. Grid-stride over the M outputs.
@@ -152,42 +159,51 @@ void launch_sum(const Tensor& x, const std::vector<int64_t>& dims, const Tensor&
   T* yp = y.data<T>();
   const float s = float(scale);
 
+  constexpr int kVec = kPack16<T>;
+  // Packs along the reduced run (rows) or along the kept innermost dim (columns); see the kernels.
+  bool vec = is_aligned(xp, 16);
+  if (rows) {
+    vec = vec && p.reduced.ndim == 1 && p.reduced.stride[0][0] == 1 && R % kVec == 0;
+    for (int64_t st : kept_strides) vec = vec && st % kVec == 0;
+  } else {
+    vec = vec && p.kept.ndim > 0 && p.kept.stride[0][0] == 1 && p.kept.size[0].d % kVec == 0;
+    for (int d = 1; d < p.kept.ndim; ++d) vec = vec && p.kept.stride[d][0] % kVec == 0;
+    for (int64_t st : red_strides) vec = vec && st % kVec == 0;
+  }
+  const bool block_rows = rows && R >= kBlockRowMin;
   int64_t chunk = R;
   dim3 grid;
   if (rows) {
-    const int64_t row_threads = R >= kBlockRowMin ? kReduceThreads : kWarpSize;
-    if (row_threads == kReduceThreads) chunk = std::min(R, chunk_length(R, M, kTargetBlocks, kMinRowChunk));
-    grid = dim3(unsigned(ceil_div(M, kReduceThreads / row_threads)), unsigned(ceil_div(R, chunk)));
+    if (block_rows) chunk = std::min(R, chunk_length(R, M, kTargetBlocks, kMinRowChunk));
+    grid = dim3(unsigned(ceil_div(M, block_rows ? 1 : kReduceThreads / kWarpSize)), unsigned(ceil_div(R, chunk)));
   } else {
-    chunk = std::min(R, chunk_length(R, M, kTargetThreads, kMinColumnChunk));
-    grid = dim3(unsigned(ceil_div(M, kReduceThreads)), unsigned(ceil_div(R, chunk)));
+    const int64_t threads = M / (vec ? kVec : 1);
+    chunk = std::min(R, chunk_length(R, threads, kTargetThreads, kMinColumnChunk));
+    grid = dim3(unsigned(ceil_div(threads, kReduceThreads)), unsigned(ceil_div(R, chunk)));
   }
   p.chunk = Index(chunk);
   const int splits = int(grid.y);
   Tensor partial = splits > 1 ? Tensor::empty({splits, M}, DType::f32, x.device()) : Tensor();
   float* pp = splits > 1 ? partial.data<float>() : nullptr;
 
+  auto launch = [&](auto kernel, const char* name) {
+    kernel<<<grid, kReduceThreads, 0, stream>>>(xp, p, yp, pp, s);
+    HYB_CUDA_LAUNCH_CHECK(name, grid, kReduceThreads, 0);
+  };
   if (!rows) {
-    sum_columns_kernel<T, Index><<<grid, kReduceThreads, 0, stream>>>(xp, p, yp, pp, s);
-    HYB_CUDA_LAUNCH_CHECK("sum_columns_kernel", grid, kReduceThreads, 0);
-  } else {
-    constexpr int kVec = kPack16<T>;
-    bool vec = p.reduced.ndim == 1 && p.reduced.stride[0][0] == 1 && R % kVec == 0 && is_aligned(xp, 16);
-    for (int64_t st : kept_strides) vec = vec && st % kVec == 0;
-    const bool block_rows = R >= kBlockRowMin;
-    auto launch = [&](auto kernel, const char* name) {
-      kernel<<<grid, kReduceThreads, 0, stream>>>(xp, p, yp, pp, s);
-      HYB_CUDA_LAUNCH_CHECK(name, grid, kReduceThreads, 0);
-    };
-    if (vec && block_rows) {
-      launch(sum_rows_kernel<T, kVec, kReduceThreads, Index>, "sum_rows_kernel");
-    } else if (vec) {
-      launch(sum_rows_kernel<T, kVec, kWarpSize, Index>, "sum_rows_kernel");
-    } else if (block_rows) {
-      launch(sum_rows_kernel<T, 1, kReduceThreads, Index>, "sum_rows_kernel");
+    if (vec) {
+      launch(sum_columns_kernel<T, kVec, Index>, "sum_columns_kernel");
     } else {
-      launch(sum_rows_kernel<T, 1, kWarpSize, Index>, "sum_rows_kernel");
+      launch(sum_columns_kernel<T, 1, Index>, "sum_columns_kernel");
     }
+  } else if (vec && block_rows) {
+    launch(sum_rows_kernel<T, kVec, kReduceThreads, Index>, "sum_rows_kernel");
+  } else if (vec) {
+    launch(sum_rows_kernel<T, kVec, kWarpSize, Index>, "sum_rows_kernel");
+  } else if (block_rows) {
+    launch(sum_rows_kernel<T, 1, kReduceThreads, Index>, "sum_rows_kernel");
+  } else {
+    launch(sum_rows_kernel<T, 1, kWarpSize, Index>, "sum_rows_kernel");
   }
   if (splits > 1) {
     const int g = grid_blocks(M, kReduceThreads, dev);

@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(max_block_threads<kWarpRows>())
     P zero;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) zero.v[j] = from_f32<T>(0.f);
-    for (int64_t p = xs.lane; p < xs.packs; p += kWarpRows ? kWarpSize : int(blockDim.x)) store_pack(dr + p * kVec, zero);
+    const int step = kWarpRows ? kWarpSize : int(blockDim.x);
+    for (int64_t p = xs.lane; p < xs.packs; p += step) store_pack(dr + p * kVec, zero);
     return;
   }
   float z = 0.f;
