@@ -18,7 +18,11 @@
 #include "train/cli.h"
 
 #if HYBRID_CUDA
+#include "autograd/ops/binary.h"
 #include "autograd/ops/matmul.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/softmax.h"
+#include "autograd/ops/unary.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/cuda_device.h"
 #include "layers/loss/cross_entropy_op.h"
@@ -105,6 +109,32 @@ std::vector<BenchCase> make_cases() {
                      [=] { cross_entropy_forward(z, targets, 50257, -1); }});
     cases.push_back({"cross_entropy_backward", "8192x50304 bf16 in place", double(N * V * 2 * 2), double(N * V * 4),
                      [=] { cross_entropy_backward(s, 1.0); }});
+  }
+  {  // Bias add, (32768, 1024) + (1024,) broadcast: read x (b stays in cache), write y.
+    const int64_t N = 32768, C = 1024;
+    Tensor x = random_cuda({N, C}, bf, 20), b = random_cuda({C}, bf, 21);
+    cases.push_back({"add_broadcast_forward", "32768x1024 + 1024 bf16", double(N * C * 2 * 2 + C * 2), double(N * C),
+                     [=] { binary_forward(BinaryOp::add, x, b); }});
+  }
+  {  // silu at the SwiGLU width: read and write each element once.
+    const int64_t n = int64_t(32768) * 2816;
+    Tensor x = random_cuda({n}, bf, 22);
+    cases.push_back({"silu_forward", "32768x2816 bf16", double(n * 2 * 2), double(n * 4),
+                     [=] { unary_forward(UnaryOp::silu, x); }});
+  }
+  {  // softmax over the padded GPT-2 vocabulary: read the logits once, write the probabilities once.
+    const int64_t N = 8192, V = 50304;
+    Tensor z = random_cuda({N, V}, bf, 23, 2.0);
+    cases.push_back({"softmax_forward", "8192x50304 bf16", double(N * V * 2 * 2), double(N * V * 5),
+                     [=] { softmax_forward(z); }});
+  }
+  {  // Sums over the last dim (rows) and over the first (columns, a bias gradient): read x once.
+    const int64_t N = 32768, C = 4096;
+    Tensor x = random_cuda({N, C}, bf, 24);
+    cases.push_back({"sum_last_dim", "32768x4096 bf16 -> 32768", double(N * C * 2 + N * 2), double(N * C),
+                     [=] { sum_forward(x, {-1}, false); }});
+    cases.push_back({"sum_first_dim", "32768x4096 bf16 -> 4096", double(N * C * 2 + C * 2), double(N * C),
+                     [=] { sum_forward(x, {0}, false); }});
   }
   {  // AdamW over 124M parameters in 148 tensors: read p, g, m, v; write p, m, v (f32).
     std::vector<OptimParam> ps;

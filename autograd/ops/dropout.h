@@ -23,10 +23,21 @@ struct DropoutParams {
 // Throws unless 0 <= p < 1.
 DropoutParams dropout_params(double p, uint64_t seed, std::string_view name, uint64_t offset);
 
-// Whether element i survives; host and device share this one definition.
+// Which of the four elements whose words make Philox block `block` (stream words 4 block .. 4 block + 3)
+// survive: bit j for word 4 block + j. Host and device share this one definition; the CPU and CUDA
+// loops call it a block at a time (one Philox evaluation per four elements).
+HYB_HD unsigned dropout_keep_block(const DropoutParams& d, uint64_t block) {
+  uint32_t c[4] = {uint32_t(block), uint32_t(block >> 32), 0u, 0u};
+  philox4x32_10(c, d.key);
+  unsigned bits = 0;
+  for (int j = 0; j < 4; ++j) bits |= unsigned(uint64_t(c[j]) >= d.threshold) << j;
+  return bits;
+}
+
+// Whether element i survives.
 HYB_HD bool dropout_keep(const DropoutParams& d, uint64_t i) {
   const uint64_t k = d.offset + i;
-  return uint64_t(philox_word(d.key, k >> 2, int(k & 3))) >= d.threshold;
+  return (dropout_keep_block(d, k >> 2) >> (k & 3)) & 1u;
 }
 
 Tensor dropout_forward(const Tensor& x, const DropoutParams& d);

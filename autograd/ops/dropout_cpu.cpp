@@ -1,5 +1,6 @@
 // CPU reference of dropout (dropout.h). Philox blocks give four words each, so the loop walks the
-// stream a block at a time instead of calling dropout_keep per element (a quarter of the rounds).
+// stream a block at a time with dropout_keep_block, the CUDA kernel's function too (a quarter of the
+// rounds of calling dropout_keep per element).
 #include "autograd/ops/dropout.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -18,10 +19,9 @@ Tensor dropout_forward_cpu(const Tensor& x0, const DropoutParams& d) {
       int64_t i = lo;
       while (i < hi) {
         const uint64_t k = d.offset + uint64_t(i);
-        uint32_t c[4] = {uint32_t(k >> 2), uint32_t(k >> 34), 0u, 0u};
-        philox4x32_10(c, d.key);
+        const unsigned keep = dropout_keep_block(d, k >> 2);
         for (int lane = int(k & 3); lane < 4 && i < hi; ++lane, ++i)
-          yp[i] = xp[i] * (uint64_t(c[lane]) >= d.threshold ? scale : T(0));  // NaN stays NaN, as in x * mask
+          yp[i] = xp[i] * ((keep >> lane) & 1u ? scale : T(0));  // NaN stays NaN, as in x * mask
       }
     });
   });

@@ -5,19 +5,10 @@
 #include "autograd/ops/shape_ops.h"
 
 using namespace hyb;
+using hyb::test::apply_binary;
 using hyb::test::require_gradcheck;
 
 namespace {
-
-Var apply(BinaryOp op, const Var& a, const Var& b) {
-  switch (op) {
-    case BinaryOp::add: return add(a, b);
-    case BinaryOp::sub: return sub(a, b);
-    case BinaryOp::mul: return mul(a, b);
-    case BinaryOp::div: return div(a, b);
-  }
-  return Var();
-}
 
 double apply_ref(BinaryOp op, double a, double b) {
   switch (op) {
@@ -61,14 +52,14 @@ TEST_CASE("broadcasting binary ops' gradients match finite differences", "[binar
   for (BinaryOp op : kOps)
     for (const auto& [sa, sb] : kShapes) {
       DYNAMIC_SECTION(binary_name(op) << " " << shape_str(sa) << " with " << shape_str(sb)) {
-        require_gradcheck([&](const std::vector<Var>& x) { return std::vector<Var>{apply(op, x[0], x[1])}; },
+        require_gradcheck([&](const std::vector<Var>& x) { return std::vector<Var>{apply_binary(op, x[0], x[1])}; },
                           {random_tensor(sa, 201), operand_b(op, sb, 202)});
       }
     }
   for (BinaryOp op : kOps) {
     DYNAMIC_SECTION(binary_name(op) << " of a transposed a with a broadcast row b") {
       require_gradcheck(
-          [&](const std::vector<Var>& x) { return std::vector<Var>{apply(op, transpose(x[0], 0, 1), x[1])}; },
+          [&](const std::vector<Var>& x) { return std::vector<Var>{apply_binary(op, transpose(x[0], 0, 1), x[1])}; },
           {random_tensor({5, 3}, 203), operand_b(op, {1, 5}, 204)});
     }
   }

@@ -1,11 +1,12 @@
-// Helpers shared by the tests of the basic ops: a gradcheck that reports its per-input errors, and
-// a reference formula mapped over a tensor's values. Comparisons are compare.h's.
+// Helpers shared by the tests of the basic ops: a gradcheck that reports its per-input errors, a
+// reference formula mapped over a tensor's values, and the binary ops by enum. Comparisons are compare.h's.
 #pragma once
 #include <catch2/catch.hpp>
 
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "autograd/ops/binary.h"
 #include "compare.h"
 
 namespace hyb::test {
@@ -23,6 +24,17 @@ std::vector<double> map_values(const Tensor& t, F f) {
   std::vector<double> v = t.to_double_vector();
   for (double& x : v) x = f(x);
   return v;
+}
+
+// The Var op of a BinaryOp.
+inline Var apply_binary(BinaryOp op, const Var& a, const Var& b) {
+  switch (op) {
+    case BinaryOp::add: return add(a, b);
+    case BinaryOp::sub: return sub(a, b);
+    case BinaryOp::mul: return mul(a, b);
+    case BinaryOp::div: return div(a, b);
+  }
+  return Var();
 }
 
 }  // namespace hyb::test
