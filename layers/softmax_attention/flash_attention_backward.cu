@@ -1,0 +1,423 @@
+// Flash-attention backward (attention.md 4.2, 4.3): P is rebuilt from the saved lse.
+//  1. preprocess: Di = rowsum(dO ∘ O) - dlse, one warp per row; the fp32 dQ accumulator is zeroed.
+//  2. main: one CTA per (key block, kv head, batch), looping over the G query heads of the group and
+//     the query blocks that see the key block. Each warp owns 16 keys and works on the transposed
+//     scores S^T = K Q^T, so P^T and dS^T come out of the accumulators already shaped as the A
+//     operands of dV += P^T dO and dK += dS^T Q: dK and dV stay in registers, summed over the group,
+//     and are written once. dS^T goes through smem for dQ = dS K, added to the accumulator with
+//     fp32 vector atomics.
+//  3. convert: dq = bf16(accumulator), with the per-head dscale_h reduction fused in.
+// Head dims over 128 run the main kernel twice, each pass producing one half of the dK/dV/dQ columns.
+#include <algorithm>
+
+#include "layers/softmax_attention/flash_attention.cuh"
+#include "layers/softmax_attention/flash_attention_device.cuh"
+
+namespace hyb {
+namespace flash {
+
+// kSlab: dK/dV/dQ columns one pass produces (kHeadDim, or half of it above 128).
+template <int kHeadDim_, int kSlab_, int kBlockN_, int kBlockM_, bool kKVInRegs_, bool kVec16_>
+struct BackwardTile {
+  static constexpr int kHeadDim = kHeadDim_, kSlab = kSlab_, kBlockN = kBlockN_, kBlockM = kBlockM_;
+  static constexpr bool kKVInRegs = kKVInRegs_, kVec16 = kVec16_;
+  static constexpr int kWarps = kBlockN / 16, kThreads = 32 * kWarps;
+  static constexpr int kStride = kHeadDim + 8, kDSStride = kBlockM + 8;
+  // dQ = dS K: kWarpsM x kWarpsN warps over the (kBlockM x kSlab) product.
+  static constexpr int kWarpsM = kWarps < kBlockM / 16 ? kWarps : kBlockM / 16;
+  static constexpr int kWarpsN = kWarps / kWarpsM;
+  static constexpr int kDQRows = kBlockM / kWarpsM, kDQCols = kSlab / kWarpsN;
+  static constexpr int kSmemBytes =
+      (2 * kBlockN * kStride + 4 * kBlockM * kStride + kBlockN * kDSStride) * 2 + 4 * kBlockM * 4;
+  static_assert(kBlockN % 16 == 0 && kBlockM % 16 == 0 && kHeadDim % 16 == 0 && kSlab % 16 == 0);
+  static_assert(kWarpsM * kWarpsN == kWarps && kDQRows % 16 == 0 && kDQCols % 16 == 0);
+};
+
+struct BackwardArgs {
+  FlashAttentionBackwardParams p;
+  float* dq_acc;  // (B, Hq, Tq, kHeadDim) fp32, zeroed
+  float* di;      // (B, Hq, Tq)
+  int d_lo;       // first dK/dV/dQ column of this pass
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const BackwardArgs args) {
+  constexpr int kD = Cfg::kHeadDim, kSlab = Cfg::kSlab, kBN = Cfg::kBlockN, kBM = Cfg::kBlockM;
+  constexpr int kThreads = Cfg::kThreads, kStride = Cfg::kStride, kDSStride = Cfg::kDSStride;
+  constexpr bool kVec16 = Cfg::kVec16, kKVInRegs = Cfg::kKVInRegs;
+  constexpr int kKT = kD / 16, kQT = kBM / 8, kST = kSlab / 8;
+  constexpr int kDQM = Cfg::kDQRows / 16, kDQN = Cfg::kDQCols / 8;
+  const FlashAttentionBackwardParams& p = args.p;
+  const FlashAttentionForwardParams& f = p.fwd;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);
+  bf16* sV = sK + kBN * kStride;
+  bf16* sQ = sV + kBN * kStride;     // two buffers of kBM rows
+  bf16* sdO = sQ + 2 * kBM * kStride;  // two buffers of kBM rows
+  bf16* sdS = sdO + 2 * kBM * kStride;  // dS^T, (kBN keys) x (kBM queries)
+  float* sLse = reinterpret_cast<float*>(sdS + kBN * kDSStride);  // two buffers of kBM
+  float* sDi = sLse + 2 * kBM;                                    // two buffers of kBM
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
+  const int n_block = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, G = f.Hq / f.Hkv;
+  const int off = f.Tk - f.Tq, c_lo = n_block * kBN, c_hi = min(f.Tk, c_lo + kBN) - 1;
+  // Query rows that see some key of this block (attention.md 4.3, with p = i + off).
+  const int i_lo = max(0, c_lo - off);
+  const int i_hi = (f.window == 0 || c_lo < f.sinks) ? f.Tq - 1 : min(f.Tq - 1, c_hi + f.window - 1 - off);
+  const int m_lo = i_lo / kBM, n_m = i_hi >= i_lo ? i_hi / kBM - m_lo + 1 : 0;
+  const int n_iter = G * n_m;
+
+  const bf16* kh = static_cast<const bf16*>(f.k) + b * f.k_stride.b + kvh * f.k_stride.h;
+  const bf16* vh = static_cast<const bf16*>(f.v) + b * f.v_stride.b + kvh * f.v_stride.h;
+  load_tile<kBN, kD, kThreads, kVec16>(sK, kh, f.k_stride.t, c_lo, f.Tk, f.D, tid);
+  load_tile<kBN, kD, kThreads, kVec16>(sV, vh, f.v_stride.t, c_lo, f.Tk, f.Dv, tid);
+
+  // Q, dO, lse and Di of step `it` into buffer `buf`. Rows >= Tq load as zeros, and so contribute
+  // exactly nothing: S = 0 gives P = exp(0 - 0) = 1, but dO = 0 and Di = 0 make dV and dS zero.
+  auto load_step = [&](int it, int buf) {
+    const int h = kvh * G + it / n_m, row0 = (m_lo + it % n_m) * kBM;
+    const bf16* qh = static_cast<const bf16*>(f.q) + b * f.q_stride.b + h * f.q_stride.h;
+    const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
+    load_tile<kBM, kD, kThreads, kVec16>(sQ + buf * kBM * kStride, qh, f.q_stride.t, row0, f.Tq, f.D, tid);
+    load_tile<kBM, kD, kThreads, kVec16>(sdO + buf * kBM * kStride, doh, p.dout_stride.t, row0, f.Tq, f.Dv, tid);
+    if (tid < kBM) {
+      const int row = row0 + tid;
+      const bool ok = row < f.Tq;
+      const int64_t idx = (int64_t(b) * f.Hq + h) * f.Tq + (ok ? row : 0);
+      cp_async4(smem_u32(sLse + buf * kBM + tid), f.lse + idx, ok);
+      cp_async4(smem_u32(sDi + buf * kBM + tid), args.di + idx, ok);
+    }
+  };
+  if (n_iter > 0) load_step(0, 0);
+  cp_async_commit();
+
+  float acc_dk[kST][4], acc_dv[kST][4];
+#pragma unroll
+  for (int dj = 0; dj < kST; ++dj)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[dj][e] = acc_dv[dj][e] = 0.f;
+  uint32_t kf[kKVInRegs ? kKT : 1][4], vf[kKVInRegs ? kKT : 1][4];
+
+  // ldmatrix lane roles, as in the forward; `dsa` reads dS^T transposed into A fragments of dS.
+  const int a_row = lane % 16, a_col = 8 * (lane / 16);
+  const int b_row = lane % 8 + 8 * (lane / 16), b_col = 8 * ((lane / 8) % 2);
+  const int bt_row = lane % 8 + 8 * ((lane / 8) % 2), bt_col = 8 * (lane / 16);
+  const int dsa_row = lane % 8 + 8 * (lane / 16), dsa_col = 8 * ((lane / 8) % 2);
+  const int key_row = warp * 16;  // this warp's keys within the block
+  const uint32_t sK_u = smem_u32(sK), sV_u = smem_u32(sV), sQ_u = smem_u32(sQ), sdO_u = smem_u32(sdO);
+  const uint32_t sdS_u = smem_u32(sdS);
+  const int wm = warp % Cfg::kWarpsM, wn = warp / Cfg::kWarpsM;
+  const int dq_row = wm * Cfg::kDQRows, dq_col = args.d_lo + wn * Cfg::kDQCols;
+
+  for (int it = 0; it < n_iter; ++it) {
+    const int buf = it & 1, h = kvh * G + it / n_m, row0 = (m_lo + it % n_m) * kBM;
+    cp_async_wait<0>();
+    __syncthreads();  // this step's tiles landed; every warp is done with the other buffer and sdS
+    if constexpr (kKVInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < kKT; ++kk) {
+          ldsm_x4(kf[kk], sK_u + ((key_row + a_row) * kStride + kk * 16 + a_col) * 2);
+          ldsm_x4(vf[kk], sV_u + ((key_row + a_row) * kStride + kk * 16 + a_col) * 2);
+        }
+      }
+    }
+    if (it + 1 < n_iter) load_step(it + 1, buf ^ 1);
+    cp_async_commit();
+    const float scale = f.scale_h ? f.scale_h[h] : f.scale, sl2 = scale * kLog2e;
+    const uint32_t sQb = sQ_u + buf * kBM * kStride * 2, sdOb = sdO_u + buf * kBM * kStride * 2;
+
+    // S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x kBM queries.
+    float st[kQT][4], dpt[kQT][4];
+#pragma unroll
+    for (int j = 0; j < kQT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      uint32_t ka[4], va[4];
+      if constexpr (kKVInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ka[e] = kf[kk][e], va[e] = vf[kk][e];
+      } else {
+        ldsm_x4(ka, sK_u + ((key_row + a_row) * kStride + kk * 16 + a_col) * 2);
+        ldsm_x4(va, sV_u + ((key_row + a_row) * kStride + kk * 16 + a_col) * 2);
+      }
+#pragma unroll
+      for (int j2 = 0; j2 < kQT / 2; ++j2) {
+        uint32_t bq[4], bo[4];
+        ldsm_x4(bq, sQb + ((j2 * 16 + b_row) * kStride + kk * 16 + b_col) * 2);
+        mma_16816(st[2 * j2], ka, bq[0], bq[1]);
+        mma_16816(st[2 * j2 + 1], ka, bq[2], bq[3]);
+        ldsm_x4(bo, sdOb + ((j2 * 16 + b_row) * kStride + kk * 16 + b_col) * 2);
+        mma_16816(dpt[2 * j2], va, bo[0], bo[1]);
+        mma_16816(dpt[2 * j2 + 1], va, bo[2], bo[3]);
+      }
+    }
+
+    // P^T = exp(s - lse) (0 where not visible), dS^T = scale · P^T ∘ (dP^T - Di).
+    const int pr_lo = row0 + off, pr_hi = min(f.Tq, row0 + kBM) - 1 + off;
+    // Keys >= Tk are masked too: their zero K gives P = exp(-lse), which need not be finite.
+    const bool full = c_lo + kBN <= f.Tk && c_hi <= pr_lo &&
+                      (f.window == 0 || pr_hi - c_lo < f.window || c_hi < f.sinks);
+    const float* lse_b = sLse + buf * kBM;
+    const float* di_b = sDi + buf * kBM;
+#pragma unroll
+    for (int j = 0; j < kQT; ++j) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_b + j * 8 + 2 * tq);
+      const float2 di2 = *reinterpret_cast<const float2*>(di_b + j * 8 + 2 * tq);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float nl = -(e ? lse2.y : lse2.x) * kLog2e, di = e ? di2.y : di2.x;
+        const int pos = row0 + j * 8 + 2 * tq + e + off;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float pv = fast_exp2(fmaf(st[j][2 * half + e], sl2, nl));
+          const int key = c_lo + key_row + gr + 8 * half;
+          if (!full && (key >= f.Tk || !visible(pos, key, f.window, f.sinks))) pv = 0.f;
+          st[j][2 * half + e] = pv;
+          dpt[j][2 * half + e] = pv * (dpt[j][2 * half + e] - di) * scale;
+        }
+      }
+    }
+
+    // dV += P^T dO[:, slab], dK += dS^T Q[:, slab].
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      uint32_t pa[4], da[4];
+      c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+      c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int dj2 = 0; dj2 < kST / 2; ++dj2) {
+        const int o = ((kk * 16 + bt_row) * kStride + args.d_lo + dj2 * 16 + bt_col) * 2;
+        uint32_t bo[4], bq[4];
+        ldsm_x4_t(bo, sdOb + o);
+        mma_16816(acc_dv[2 * dj2], pa, bo[0], bo[1]);
+        mma_16816(acc_dv[2 * dj2 + 1], pa, bo[2], bo[3]);
+        ldsm_x4_t(bq, sQb + o);
+        mma_16816(acc_dk[2 * dj2], da, bq[0], bq[1]);
+        mma_16816(acc_dk[2 * dj2 + 1], da, bq[2], bq[3]);
+      }
+    }
+
+#pragma unroll
+    for (int j = 0; j < kQT; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(sdS + (key_row + gr + 8 * half) * kDSStride + j * 8 + 2 * tq) =
+            pack_bf16(dpt[j][2 * half], dpt[j][2 * half + 1]);
+    __syncthreads();
+
+    // dQ[rows, slab] += dS K[:, slab]; each warp adds a (kDQRows x kDQCols) piece.
+    float dq[kDQM][kDQN][4];
+#pragma unroll
+    for (int mi = 0; mi < kDQM; ++mi)
+#pragma unroll
+      for (int dj = 0; dj < kDQN; ++dj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dq[mi][dj][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[kDQM][4];
+#pragma unroll
+      for (int mi = 0; mi < kDQM; ++mi)
+        ldsm_x4_t(a[mi], sdS_u + ((kk * 16 + dsa_row) * kDSStride + dq_row + mi * 16 + dsa_col) * 2);
+#pragma unroll
+      for (int dj2 = 0; dj2 < kDQN / 2; ++dj2) {
+        uint32_t bk[4];
+        ldsm_x4_t(bk, sK_u + ((kk * 16 + bt_row) * kStride + dq_col + dj2 * 16 + bt_col) * 2);
+#pragma unroll
+        for (int mi = 0; mi < kDQM; ++mi) {
+          mma_16816(dq[mi][2 * dj2], a[mi], bk[0], bk[1]);
+          mma_16816(dq[mi][2 * dj2 + 1], a[mi], bk[2], bk[3]);
+        }
+      }
+    }
+    float* dq_head = args.dq_acc + (int64_t(b) * f.Hq + h) * f.Tq * kD;
+#pragma unroll
+    for (int mi = 0; mi < kDQM; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + dq_row + mi * 16 + gr + 8 * half;
+        if (row < f.Tq) {
+#pragma unroll
+          for (int dj = 0; dj < kDQN; ++dj)
+            red_add_v2(dq_head + int64_t(row) * kD + dq_col + dj * 8 + 2 * tq, dq[mi][dj][2 * half],
+                       dq[mi][dj][2 * half + 1]);
+        }
+      }
+  }
+
+  // dK, dV (already summed over the group) out through smem as coalesced rows.
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int dj = 0; dj < kST; ++dj)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = key_row + gr + 8 * half;
+      *reinterpret_cast<uint32_t*>(sK + r * kStride + dj * 8 + 2 * tq) =
+          pack_bf16(acc_dk[dj][2 * half], acc_dk[dj][2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(sV + r * kStride + dj * 8 + 2 * tq) =
+          pack_bf16(acc_dv[dj][2 * half], acc_dv[dj][2 * half + 1]);
+    }
+  __syncthreads();
+  bf16* dkh = static_cast<bf16*>(p.dk) + b * p.dk_stride.b + kvh * p.dk_stride.h + args.d_lo;
+  bf16* dvh = static_cast<bf16*>(p.dv) + b * p.dv_stride.b + kvh * p.dv_stride.h + args.d_lo;
+  store_tile<kBN, kSlab, kStride, kThreads, kVec16>(sK, dkh, p.dk_stride.t, c_lo, f.Tk, min(kSlab, f.D - args.d_lo), tid);
+  store_tile<kBN, kSlab, kStride, kThreads, kVec16>(sV, dvh, p.dv_stride.t, c_lo, f.Tk, min(kSlab, f.Dv - args.d_lo),
+                                                    tid);
+}
+
+// Di = rowsum(dO ∘ O) - dlse, one warp per (b, t, h) row; also clears dscale_h for the convert.
+__global__ void flash_backward_preprocess_kernel(const FlashAttentionBackwardParams p, float* __restrict__ di) {
+  const FlashAttentionForwardParams& f = p.fwd;
+  if (p.dscale_h && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < f.Hq; i += blockDim.x) p.dscale_h[i] = 0.f;
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = int64_t(f.B) * f.Tq * f.Hq, warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
+    const int h = int(r % f.Hq), t = int((r / f.Hq) % f.Tq), b = int(r / (int64_t(f.Hq) * f.Tq));
+    const bf16* o = static_cast<const bf16*>(f.o) + b * f.o_stride.b + t * f.o_stride.t + h * f.o_stride.h;
+    const bf16* g = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + t * p.dout_stride.t + h * p.dout_stride.h;
+    float sum = 0.f;
+    for (int d = 2 * lane; d < f.Dv; d += 64) {
+      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + d));
+      const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(g + d));
+      sum = fmaf(a.x, c.x, fmaf(a.y, c.y, sum));
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+    if (lane == 0) {
+      const int64_t idx = (int64_t(b) * f.Hq + h) * f.Tq + t;
+      di[idx] = sum - (p.dlse ? p.dlse[idx] : 0.f);
+    }
+  }
+}
+
+// dq = bf16(dq_acc); each warp takes 32 consecutive rows of one (b, h) and, when dscale_h is asked
+// for, adds sum <q, dq> / scale_h over them with one atomic (dL/dscale_h, attention.md 3.2).
+__global__ void flash_backward_convert_kernel(const FlashAttentionBackwardParams p, const float* __restrict__ dq_acc,
+                                              int head_dim) {
+  const FlashAttentionForwardParams& f = p.fwd;
+  const int lane = threadIdx.x % 32, chunks = (f.Tq + 31) / 32;
+  const int64_t tasks = int64_t(f.B) * f.Hq * chunks, warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t task = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; task < tasks; task += warps) {
+    const int bh = int(task / chunks), t0 = int(task % chunks) * 32, b = bh / f.Hq, h = bh % f.Hq;
+    float dot = 0.f;
+    for (int t = t0; t < min(f.Tq, t0 + 32); ++t) {
+      const float* src = dq_acc + (int64_t(bh) * f.Tq + t) * head_dim;
+      bf16* dst = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + t * p.dq_stride.t + h * p.dq_stride.h;
+      const bf16* q = static_cast<const bf16*>(f.q) + b * f.q_stride.b + t * f.q_stride.t + h * f.q_stride.h;
+      for (int d = 2 * lane; d < f.D; d += 64) {
+        const float2 v = *reinterpret_cast<const float2*>(src + d);
+        *reinterpret_cast<__nv_bfloat162*>(dst + d) = __floats2bfloat162_rn(v.x, v.y);
+        if (p.dscale_h) {
+          const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(q + d));
+          dot = fmaf(qv.x, v.x, fmaf(qv.y, v.y, dot));
+        }
+      }
+    }
+    if (p.dscale_h) {
+#pragma unroll
+      for (int s = 16; s > 0; s /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, s);
+      if (lane == 0) atomicAdd(p.dscale_h + h, dot / (f.scale_h ? f.scale_h[h] : f.scale));
+    }
+  }
+}
+
+template <class Cfg>
+cudaError_t launch_backward_main(const FlashAttentionBackwardParams& p, float* dq_acc, float* di, cudaStream_t stream) {
+  const auto kernel = flash_backward_kernel<Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.Hkv, p.fwd.B);
+  for (int d_lo = 0; d_lo < Cfg::kHeadDim; d_lo += Cfg::kSlab) {
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(BackwardArgs{p, dq_acc, di, d_lo});
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <int kD, bool kVec16>
+struct BackwardDefault;
+template <bool V>
+struct BackwardDefault<32, V> : BackwardTile<32, 32, 128, 64, true, V> {};
+template <bool V>
+struct BackwardDefault<64, V> : BackwardTile<64, 64, 128, 64, true, V> {};
+template <bool V>
+struct BackwardDefault<96, V> : BackwardTile<96, 96, 128, 64, false, V> {};
+template <bool V>
+struct BackwardDefault<128, V> : BackwardTile<128, 128, 128, 32, false, V> {};
+template <bool V>
+struct BackwardDefault<192, V> : BackwardTile<192, 96, 64, 32, false, V> {};
+template <bool V>
+struct BackwardDefault<256, V> : BackwardTile<256, 128, 64, 32, false, V> {};
+
+inline int padded_dim(const FlashAttentionBackwardParams& p) { return padded_head_dim(std::max(p.fwd.D, p.fwd.Dv)); }
+
+// The three kernels with main kernel tile Cfg; `workspace` as flash_attention_backward_workspace_bytes.
+template <class Cfg>
+cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+  const FlashAttentionForwardParams& f = p.fwd;
+  const int64_t rows = int64_t(f.B) * f.Hq * f.Tq;
+  float* dq_acc = static_cast<float*>(workspace);
+  float* di = dq_acc + (rows * Cfg::kHeadDim + 63) / 64 * 64;
+  cudaError_t err = cudaMemsetAsync(dq_acc, 0, rows * Cfg::kHeadDim * sizeof(float), stream);
+  if (err != cudaSuccess) return err;
+  if (rows > 0) {
+    const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
+    flash_backward_preprocess_kernel<<<grid, 256, 0, stream>>>(p, di);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if ((err = launch_backward_main<Cfg>(p, dq_acc, di, stream)) != cudaSuccess) return err;
+  if (rows > 0) {
+    const int64_t tasks = int64_t(f.B) * f.Hq * ((f.Tq + 31) / 32);
+    const int grid = int(std::min<int64_t>((tasks + 7) / 8, 65536));
+    flash_backward_convert_kernel<<<grid, 256, 0, stream>>>(p, dq_acc, Cfg::kHeadDim);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <bool kVec16>
+cudaError_t dispatch_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+  switch (padded_dim(p)) {
+    case 32: return run_backward<BackwardDefault<32, kVec16>>(p, workspace, stream);
+    case 64: return run_backward<BackwardDefault<64, kVec16>>(p, workspace, stream);
+    case 96: return run_backward<BackwardDefault<96, kVec16>>(p, workspace, stream);
+    case 128: return run_backward<BackwardDefault<128, kVec16>>(p, workspace, stream);
+    case 192: return run_backward<BackwardDefault<192, kVec16>>(p, workspace, stream);
+    case 256: return run_backward<BackwardDefault<256, kVec16>>(p, workspace, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// 16-byte rows for the tensors the main kernel copies in (q, k, v, dO) and out (dk, dv).
+inline bool backward_vec16(const FlashAttentionBackwardParams& p) {
+  const FlashAttentionForwardParams& f = p.fwd;
+  return f.D % 8 == 0 && f.Dv % 8 == 0 && rows_aligned(f.q, f.q_stride, 16) && rows_aligned(f.k, f.k_stride, 16) &&
+         rows_aligned(f.v, f.v_stride, 16) && rows_aligned(p.dout, p.dout_stride, 16) &&
+         rows_aligned(p.dk, p.dk_stride, 16) && rows_aligned(p.dv, p.dv_stride, 16);
+}
+
+}  // namespace flash
+
+size_t flash_attention_backward_workspace_bytes(const FlashAttentionBackwardParams& p) {
+  const int64_t rows = int64_t(p.fwd.B) * p.fwd.Hq * p.fwd.Tq;
+  return size_t((rows * flash::padded_dim(p) + 63) / 64 * 64 + rows) * sizeof(float);
+}
+
+cudaError_t flash_attention_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+  using flash::rows_aligned;
+  if (flash_attention_unsupported(p.fwd)) return cudaErrorInvalidValue;
+  if (!rows_aligned(p.dout, p.dout_stride, 4) || !rows_aligned(p.dq, p.dq_stride, 4) ||
+      !rows_aligned(p.dk, p.dk_stride, 4) || !rows_aligned(p.dv, p.dv_stride, 4))
+    return cudaErrorInvalidValue;
+  if (p.fwd.B == 0 || p.fwd.Tk == 0 || p.fwd.Hq == 0) return cudaSuccess;
+  return flash::backward_vec16(p) ? flash::dispatch_backward<true>(p, workspace, stream)
+                                  : flash::dispatch_backward<false>(p, workspace, stream);
+}
+
+}  // namespace hyb
