@@ -51,8 +51,7 @@ def time_shape(T, backend):
 def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, cudnn {torch.backends.cudnn.version()}")
     print(f"{'backend':<10} {'T':>6} {'fwd ms':>9} {'fwd+bwd ms':>11} {'fwd TF/s':>9} {'total TF/s':>11}")
-    backends = [("default", None), ("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    backends = [("default", None), ("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     for name, backend in backends:
         for T in (1024, 2048, 4096, 8192, 16384):
             try:

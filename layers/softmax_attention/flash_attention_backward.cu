@@ -1,6 +1,6 @@
 // Flash-attention backward (attention.md 4.2, 4.3): P is rebuilt from the saved lse.
 //  1. preprocess: Di = rowsum(dO ∘ O) - dlse, one warp per row; the fp32 dQ accumulator is zeroed.
-//  2. main: one CTA per (key block, kv head, batch), looping over the G query heads of the group and
+//  2. main: one CTA per (key block, kv head, batch), sink blocks first, looping over the G query heads of the group and
 //     the query blocks that see the key block. Each warp owns 16 keys and works on the transposed
 //     scores S^T = K Q^T, so P^T and dS^T come out of the accumulators already shaped as the A
 //     operands of dV += P^T dO and dK += dS^T Q: dK and dV stay in registers, summed over the group,
@@ -17,9 +17,11 @@ namespace hyb {
 namespace flash {
 
 // kSlab: dK/dV/dQ columns one pass produces (kHeadDim, or half of it above 128).
-template <int kHeadDim_, int kSlab_, int kBlockN_, int kBlockM_, bool kKVInRegs_, bool kVec16_>
+// kMinBlocks: CTAs per SM the register allocation must allow.
+template <int kHeadDim_, int kSlab_, int kBlockN_, int kBlockM_, bool kKVInRegs_, bool kVec16_, int kMinBlocks_ = 1>
 struct BackwardTile {
   static constexpr int kHeadDim = kHeadDim_, kSlab = kSlab_, kBlockN = kBlockN_, kBlockM = kBlockM_;
+  static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr bool kKVInRegs = kKVInRegs_, kVec16 = kVec16_;
   static constexpr int kWarps = kBlockN / 16, kThreads = 32 * kWarps;
   static constexpr int kStride = kHeadDim + 8, kDSStride = kBlockM + 8;
@@ -41,7 +43,7 @@ struct BackwardArgs {
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const BackwardArgs args) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward_kernel(const BackwardArgs args) {
   constexpr int kD = Cfg::kHeadDim, kSlab = Cfg::kSlab, kBN = Cfg::kBlockN, kBM = Cfg::kBlockM;
   constexpr int kThreads = Cfg::kThreads, kStride = Cfg::kStride, kDSStride = Cfg::kDSStride;
   constexpr bool kVec16 = Cfg::kVec16, kKVInRegs = Cfg::kKVInRegs;
@@ -60,7 +62,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const 
   float* sDi = sLse + 2 * kBM;                                    // two buffers of kBM
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  const int n_block = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, G = f.Hq / f.Hkv;
+  // Launch order: the sink key blocks of every head first (each sees all later queries), then head
+  // by head with key blocks ascending, so the longest causal blocks start first and the CTAs in
+  // flight share one head's Q and dO through L2.
+  const int n_blocks = (f.Tk + kBN - 1) / kBN;
+  const int n_sinkb = f.window > 0 ? min(n_blocks, (f.sinks + kBN - 1) / kBN) : 0;
+  const int heads = f.B * f.Hkv;
+  int idx = blockIdx.x, bg, n_block;
+  if (idx < heads * n_sinkb) {
+    bg = idx / n_sinkb, n_block = idx % n_sinkb;
+  } else {
+    idx -= heads * n_sinkb;
+    bg = idx / (n_blocks - n_sinkb), n_block = n_sinkb + idx % (n_blocks - n_sinkb);
+  }
+  const int kvh = bg % f.Hkv, b = bg / f.Hkv, G = f.Hq / f.Hkv;
   const int off = f.Tk - f.Tq, c_lo = n_block * kBN, c_hi = min(f.Tk, c_lo + kBN) - 1;
   // Query rows that see some key of this block (attention.md 4.3, with p = i + off).
   const int i_lo = max(0, c_lo - off);
@@ -75,8 +90,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const 
 
   // Q, dO, lse and Di of step `it` into buffer `buf`. Rows >= Tq load as zeros, and so contribute
   // exactly nothing: S = 0 gives P = exp(0 - 0) = 1, but dO = 0 and Di = 0 make dV and dS zero.
-  auto load_step = [&](int it, int buf) {
-    const int h = kvh * G + it / n_m, row0 = (m_lo + it % n_m) * kBM;
+  auto load_step = [&](int h, int row0, int buf) {
     const bf16* qh = static_cast<const bf16*>(f.q) + b * f.q_stride.b + h * f.q_stride.h;
     const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
     load_tile<kBM, kD, kThreads, kVec16>(sQ + buf * kBM * kStride, qh, f.q_stride.t, row0, f.Tq, f.D, tid);
@@ -89,7 +103,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const 
       cp_async4(smem_u32(sDi + buf * kBM + tid), args.di + idx, ok);
     }
   };
-  if (n_iter > 0) load_step(0, 0);
+  if (n_iter > 0) load_step(kvh * G, m_lo * kBM, 0);
   cp_async_commit();
 
   float acc_dk[kST][4], acc_dv[kST][4];
@@ -110,8 +124,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const 
   const int wm = warp % Cfg::kWarpsM, wn = warp / Cfg::kWarpsM;
   const int dq_row = wm * Cfg::kDQRows, dq_col = args.d_lo + wn * Cfg::kDQCols;
 
-  for (int it = 0; it < n_iter; ++it) {
-    const int buf = it & 1, h = kvh * G + it / n_m, row0 = (m_lo + it % n_m) * kBM;
+  for (int it = 0, h = kvh * G, m = m_lo; it < n_iter; ++it) {
+    // Step `it` is query block m of head h; the next step is the next block, or the next head.
+    const int buf = it & 1, row0 = m * kBM;
+    const bool last_m = m == m_lo + n_m - 1;
+    const int next_h = last_m ? h + 1 : h, next_m = last_m ? m_lo : m + 1;
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles landed; every warp is done with the other buffer and sdS
     if constexpr (kKVInRegs) {
@@ -123,7 +140,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const 
         }
       }
     }
-    if (it + 1 < n_iter) load_step(it + 1, buf ^ 1);
+    if (it + 1 < n_iter) load_step(next_h, next_m * kBM, buf ^ 1);
     cp_async_commit();
     const float scale = f.scale_h ? f.scale_h[h] : f.scale, sl2 = scale * kLog2e;
     const uint32_t sQb = sQ_u + buf * kBM * kStride * 2, sdOb = sdO_u + buf * kBM * kStride * 2;
@@ -247,6 +264,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) flash_backward_kernel(const 
                        dq[mi][dj][2 * half + 1]);
         }
       }
+    h = next_h;
+    m = next_m;
   }
 
   // dK, dV (already summed over the group) out through smem as coalesced rows.
@@ -332,7 +351,7 @@ cudaError_t launch_backward_main(const FlashAttentionBackwardParams& p, float* d
   const auto kernel = flash_backward_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.Hkv, p.fwd.B);
+  const int grid = (p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN * p.fwd.Hkv * p.fwd.B;
   for (int d_lo = 0; d_lo < Cfg::kHeadDim; d_lo += Cfg::kSlab) {
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(BackwardArgs{p, dq_acc, di, d_lo});
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -345,11 +364,11 @@ struct BackwardDefault;
 template <bool V>
 struct BackwardDefault<32, V> : BackwardTile<32, 32, 128, 64, true, V> {};
 template <bool V>
-struct BackwardDefault<64, V> : BackwardTile<64, 64, 128, 64, true, V> {};
+struct BackwardDefault<64, V> : BackwardTile<64, 64, 64, 64, true, V> {};
 template <bool V>
 struct BackwardDefault<96, V> : BackwardTile<96, 96, 128, 64, false, V> {};
 template <bool V>
-struct BackwardDefault<128, V> : BackwardTile<128, 128, 128, 32, false, V> {};
+struct BackwardDefault<128, V> : BackwardTile<128, 128, 128, 64, false, V> {};
 template <bool V>
 struct BackwardDefault<192, V> : BackwardTile<192, 96, 64, 32, false, V> {};
 template <bool V>
