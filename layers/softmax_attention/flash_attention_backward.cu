@@ -6,7 +6,8 @@
 //     operands of dV += P^T dO and dK += dS^T Q: dK and dV stay in registers, summed over the group,
 //     and are written once. dS^T goes through smem for dQ = dS K, added to the accumulator with
 //     fp32 vector atomics.
-//  3. convert: dq = bf16(accumulator), with the per-head dscale_h reduction fused in.
+//  3. convert: dq = bf16(accumulator).
+// dscale_h (the per-head scale's gradient) is summed in fp32 inside the main kernel.
 // Head dims over 128 run the main kernel twice, each pass producing one half of the dK/dV/dQ columns.
 #include <algorithm>
 
@@ -124,6 +125,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
   const int wm = warp % Cfg::kWarpsM, wn = warp / Cfg::kWarpsM;
   const int dq_row = wm * Cfg::kDQRows, dq_col = args.d_lo + wn * Cfg::kDQCols;
 
+  // dL/dscale_h = sum dS_ij <q_i, k_j>, summed in fp32 from the unrounded dS of this warp's keys and
+  // added once per head: rounding dS to bf16 first would swamp this heavily cancelling sum.
+  float dscale_acc = 0.f;
   for (int it = 0, h = kvh * G, m = m_lo; it < n_iter; ++it) {
     // Step `it` is query block m of head h; the next step is the next block, or the next head.
     const int buf = it & 1, row0 = m * kBM;
@@ -190,11 +194,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
         const int pos = row0 + j * 8 + 2 * tq + e + off;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          float pv = fast_exp2(fmaf(st[j][2 * half + e], sl2, nl));
+          const float dot = st[j][2 * half + e];
+          float pv = fast_exp2(fmaf(dot, sl2, nl));
           const int key = c_lo + key_row + gr + 8 * half;
           if (!full && (key >= f.Tk || !visible(pos, key, f.window, f.sinks))) pv = 0.f;
+          const float ds = pv * (dpt[j][2 * half + e] - di);
+          if (p.dscale_h) dscale_acc = fmaf(ds, dot, dscale_acc);
           st[j][2 * half + e] = pv;
-          dpt[j][2 * half + e] = pv * (dpt[j][2 * half + e] - di) * scale;
+          dpt[j][2 * half + e] = ds * scale;
         }
       }
     }
@@ -264,6 +271,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
                        dq[mi][dj][2 * half + 1]);
         }
       }
+    if (p.dscale_h && (next_h != h || it + 1 == n_iter) && args.d_lo == 0) {
+#pragma unroll
+      for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
+      if (lane == 0) atomicAdd(p.dscale_h + h, dscale_acc);
+      dscale_acc = 0.f;
+    }
     h = next_h;
     m = next_m;
   }
@@ -289,7 +302,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
                                                     tid);
 }
 
-// Di = rowsum(dO ∘ O) - dlse, one warp per (b, t, h) row; also clears dscale_h for the convert.
+// Di = rowsum(dO ∘ O) - dlse, one warp per (b, t, h) row; also clears dscale_h for the main kernel.
 __global__ void flash_backward_preprocess_kernel(const FlashAttentionBackwardParams p, float* __restrict__ di) {
   const FlashAttentionForwardParams& f = p.fwd;
   if (p.dscale_h && blockIdx.x == 0)
@@ -315,33 +328,19 @@ __global__ void flash_backward_preprocess_kernel(const FlashAttentionBackwardPar
   }
 }
 
-// dq = bf16(dq_acc); each warp takes 32 consecutive rows of one (b, h) and, when dscale_h is asked
-// for, adds sum <q, dq> / scale_h over them with one atomic (dL/dscale_h, attention.md 3.2).
+// dq = bf16(dq_acc), one warp per row.
 __global__ void flash_backward_convert_kernel(const FlashAttentionBackwardParams p, const float* __restrict__ dq_acc,
                                               int head_dim) {
   const FlashAttentionForwardParams& f = p.fwd;
-  const int lane = threadIdx.x % 32, chunks = (f.Tq + 31) / 32;
-  const int64_t tasks = int64_t(f.B) * f.Hq * chunks, warps = int64_t(gridDim.x) * blockDim.x / 32;
-  for (int64_t task = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; task < tasks; task += warps) {
-    const int bh = int(task / chunks), t0 = int(task % chunks) * 32, b = bh / f.Hq, h = bh % f.Hq;
-    float dot = 0.f;
-    for (int t = t0; t < min(f.Tq, t0 + 32); ++t) {
-      const float* src = dq_acc + (int64_t(bh) * f.Tq + t) * head_dim;
-      bf16* dst = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + t * p.dq_stride.t + h * p.dq_stride.h;
-      const bf16* q = static_cast<const bf16*>(f.q) + b * f.q_stride.b + t * f.q_stride.t + h * f.q_stride.h;
-      for (int d = 2 * lane; d < f.D; d += 64) {
-        const float2 v = *reinterpret_cast<const float2*>(src + d);
-        *reinterpret_cast<__nv_bfloat162*>(dst + d) = __floats2bfloat162_rn(v.x, v.y);
-        if (p.dscale_h) {
-          const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(q + d));
-          dot = fmaf(qv.x, v.x, fmaf(qv.y, v.y, dot));
-        }
-      }
-    }
-    if (p.dscale_h) {
-#pragma unroll
-      for (int s = 16; s > 0; s /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, s);
-      if (lane == 0) atomicAdd(p.dscale_h + h, dot / (f.scale_h ? f.scale_h[h] : f.scale));
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = int64_t(f.B) * f.Hq * f.Tq, warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
+    const int t = int(r % f.Tq), h = int((r / f.Tq) % f.Hq), b = int(r / (int64_t(f.Tq) * f.Hq));
+    const float* src = dq_acc + r * head_dim;
+    bf16* dst = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + t * p.dq_stride.t + h * p.dq_stride.h;
+    for (int d = 2 * lane; d < f.D; d += 64) {
+      const float2 v = *reinterpret_cast<const float2*>(src + d);
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) = __floats2bfloat162_rn(v.x, v.y);
     }
   }
 }
@@ -392,8 +391,7 @@ cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace,
   }
   if ((err = launch_backward_main<Cfg>(p, dq_acc, di, stream)) != cudaSuccess) return err;
   if (rows > 0) {
-    const int64_t tasks = int64_t(f.B) * f.Hq * ((f.Tq + 31) / 32);
-    const int grid = int(std::min<int64_t>((tasks + 7) / 8, 65536));
+    const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
     flash_backward_convert_kernel<<<grid, 256, 0, stream>>>(p, dq_acc, Cfg::kHeadDim);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
