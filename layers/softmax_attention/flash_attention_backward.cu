@@ -43,7 +43,8 @@ struct BackwardArgs {
   int d_lo;       // first dK/dV/dQ column of this pass
 };
 
-template <class Cfg>
+// kDscale: also sum dL/dscale_h (a separate instantiation: the extra live values cost spills).
+template <class Cfg, bool kDscale>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward_kernel(const BackwardArgs args) {
   constexpr int kD = Cfg::kHeadDim, kSlab = Cfg::kSlab, kBN = Cfg::kBlockN, kBM = Cfg::kBlockM;
   constexpr int kThreads = Cfg::kThreads, kStride = Cfg::kStride, kDSStride = Cfg::kDSStride;
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
           const int key = c_lo + key_row + gr + 8 * half;
           if (!full && (key >= f.Tk || !visible(pos, key, f.window, f.sinks))) pv = 0.f;
           const float ds = pv * (dpt[j][2 * half + e] - di);
-          if (p.dscale_h) dscale_acc = fmaf(ds, dot, dscale_acc);
+          if constexpr (kDscale) dscale_acc = fmaf(ds, dot, dscale_acc);
           st[j][2 * half + e] = pv;
           dpt[j][2 * half + e] = ds * scale;
         }
@@ -271,7 +272,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
                        dq[mi][dj][2 * half + 1]);
         }
       }
-    if (p.dscale_h && (next_h != h || it + 1 == n_iter) && args.d_lo == 0) {
+    if (kDscale && (next_h != h || it + 1 == n_iter) && args.d_lo == 0) {
 #pragma unroll
       for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
       if (lane == 0) atomicAdd(p.dscale_h + h, dscale_acc);
@@ -347,7 +348,7 @@ __global__ void flash_backward_convert_kernel(const FlashAttentionBackwardParams
 
 template <class Cfg>
 cudaError_t launch_backward_main(const FlashAttentionBackwardParams& p, float* dq_acc, float* di, cudaStream_t stream) {
-  const auto kernel = flash_backward_kernel<Cfg>;
+  const auto kernel = p.dscale_h ? flash_backward_kernel<Cfg, true> : flash_backward_kernel<Cfg, false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = (p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN * p.fwd.Hkv * p.fwd.B;
