@@ -41,6 +41,9 @@ struct FlashAttentionBackwardParams {
   void* dv;           // bf16 (B, Tk, Hkv, Dv), likewise
   FlashStrides dq_stride, dk_stride, dv_stride;
   float* dscale_h;  // (Hq,) or null: set to dL/dscale_h = sum over visible pairs of dS_ij <q_i, k_j>
+  // Bitwise reproducible dq and dscale_h: a separate dQ kernel instead of atomics (attention.md
+  // 4.2; two more products per tile pair). dk and dv are reproducible either way.
+  bool deterministic;
 };
 
 // Null when the kernels take this call, else why not (D odd or over 256, Dv != D beyond the padded
@@ -50,11 +53,13 @@ const char* flash_attention_unsupported(const FlashAttentionForwardParams& p);
 // Writes o and lse. Asynchronous on `stream`; returns the launch error, if any.
 cudaError_t flash_attention_forward(const FlashAttentionForwardParams& p, cudaStream_t stream);
 
-// Device bytes the backward needs as scratch: the fp32 dQ accumulator and the row terms Di.
+// Device bytes the backward needs as scratch: the fp32 dQ accumulator (unless deterministic), the
+// row terms Di and, deterministic with dscale_h, per-block parts of dscale_h.
 size_t flash_attention_backward_workspace_bytes(const FlashAttentionBackwardParams& p);
 
 // Writes dq, dk, dv (and dscale_h when asked). `workspace` holds at least the bytes above, 256-byte
-// aligned; its content on entry does not matter. Not deterministic: dQ is summed with fp32 atomics.
+// aligned; its content on entry does not matter. Unless p.deterministic, dQ is summed with fp32
+// atomics and dq/dscale_h may differ in the last bits from run to run.
 cudaError_t flash_attention_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream);
 
 }  // namespace hyb

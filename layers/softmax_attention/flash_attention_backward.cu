@@ -7,6 +7,7 @@
 //     and are written once. dS^T goes through smem for dQ = dS K, added to the accumulator with
 //     fp32 vector atomics.
 //  3. convert: dq = bf16(accumulator).
+// Deterministic mode replaces the atomics and the convert with a query-parallel dQ kernel.
 // dscale_h (the per-head scale's gradient) is summed in fp32 inside the main kernel.
 // Head dims over 128 run the main kernel twice, each pass producing one half of the dK/dV/dQ columns.
 #include <algorithm>
@@ -44,7 +45,9 @@ struct BackwardArgs {
 };
 
 // kDscale: also sum dL/dscale_h (a separate instantiation: the extra live values cost spills).
-template <class Cfg, bool kDscale>
+// kAtomicDQ: also add dQ into the accumulator; off in deterministic mode, where
+// flash_backward_dq_kernel computes dQ (and dscale_h) without atomics.
+template <class Cfg, bool kDscale, bool kAtomicDQ>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward_kernel(const BackwardArgs args) {
   constexpr int kD = Cfg::kHeadDim, kSlab = Cfg::kSlab, kBN = Cfg::kBlockN, kBM = Cfg::kBlockM;
   constexpr int kThreads = Cfg::kThreads, kStride = Cfg::kStride, kDSStride = Cfg::kDSStride;
@@ -226,6 +229,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
       }
     }
 
+    if constexpr (kAtomicDQ) {
 #pragma unroll
     for (int j = 0; j < kQT; ++j)
 #pragma unroll
@@ -272,6 +276,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
                        dq[mi][dj][2 * half + 1]);
         }
       }
+    }
     if (kDscale && (next_h != h || it + 1 == n_iter) && args.d_lo == 0) {
 #pragma unroll
       for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
@@ -346,9 +351,212 @@ __global__ void flash_backward_convert_kernel(const FlashAttentionBackwardParams
   }
 }
 
+// Deterministic dQ (attention.md 4.2): one CTA per (query block, query head, batch) walks the
+// forward's visit list, rebuilds S, P and dP and keeps dQ in registers (7 products per tile pair
+// in all instead of 5, no atomics). Each warp owns 16 query rows. With kDscale it also writes this
+// CTA's part of dL/dscale_h, summed in a fixed order, to `dscale_part`.
+template <int kHeadDim_, int kBlockN_, bool kVec16_>
+struct DqTile {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = 64, kBlockN = kBlockN_, kWarps = 4, kThreads = 128;
+  static constexpr bool kVec16 = kVec16_;
+  static constexpr int kStride = kHeadDim + 8;
+  static constexpr int kSmemBytes = (2 * kBlockM + 4 * kBlockN) * kStride * 2;
+};
+
+template <class Cfg, bool kDscale>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    flash_backward_dq_kernel(const BackwardArgs args, float* __restrict__ dscale_part) {
+  constexpr int kD = Cfg::kHeadDim, kBM = Cfg::kBlockM, kBN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr bool kVec16 = Cfg::kVec16;
+  constexpr int kStride = Cfg::kStride, kNT = kBN / 8, kKT = kD / 16, kDT = kD / 8;
+  const FlashAttentionBackwardParams& p = args.p;
+  const FlashAttentionForwardParams& f = p.fwd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sdO = sQ + kBM * kStride;
+  bf16* sK = sdO + kBM * kStride;     // two buffers of kBN rows
+  bf16* sV = sK + 2 * kBN * kStride;  // two buffers of kBN rows
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
+  const int num_m = (f.Tq + kBM - 1) / kBM;
+  const int m_block = num_m - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (f.Hq / f.Hkv);
+  const bf16* qh = static_cast<const bf16*>(f.q) + b * f.q_stride.b + h * f.q_stride.h;
+  const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
+  const bf16* kh = static_cast<const bf16*>(f.k) + b * f.k_stride.b + kvh * f.k_stride.h;
+  const bf16* vh = static_cast<const bf16*>(f.v) + b * f.v_stride.b + kvh * f.v_stride.h;
+
+  // The forward's visit list (attention.md 4.3).
+  const int row0 = m_block * kBM, off = f.Tk - f.Tq;
+  const int p_lo = row0 + off, p_hi = min(f.Tq, row0 + kBM) - 1 + off;
+  const int n_hi = p_hi / kBN;
+  int n_wlo = 0, n_sink = 0;
+  if (f.window > 0) {
+    n_wlo = max(0, p_lo - f.window + 1) / kBN;
+    n_sink = min((f.sinks + kBN - 1) / kBN, n_wlo);
+  }
+  const int n_win = n_hi - n_wlo + 1, n_iter = n_win + n_sink;
+  auto block_of = [&](int it) { return it < n_win ? n_hi - it : n_sink - 1 - (it - n_win); };
+
+  load_tile<kBM, kD, kThreads, kVec16>(sQ, qh, f.q_stride.t, row0, f.Tq, f.D, tid);
+  load_tile<kBM, kD, kThreads, kVec16>(sdO, doh, p.dout_stride.t, row0, f.Tq, f.Dv, tid);
+  load_tile<kBN, kD, kThreads, kVec16>(sK, kh, f.k_stride.t, block_of(0) * kBN, f.Tk, f.D, tid);
+  cp_async_commit();
+  load_tile<kBN, kD, kThreads, kVec16>(sV, vh, f.v_stride.t, block_of(0) * kBN, f.Tk, f.Dv, tid);
+  cp_async_commit();
+
+  const float scale = f.scale_h ? f.scale_h[h] : f.scale, sl2 = scale * kLog2e;
+  // Rows >= Tq: zero Q and dO with lse = Di = 0 give dS = 0.
+  float nl[2], di[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + warp * 16 + gr + 8 * half;
+    const int64_t idx = (int64_t(b) * f.Hq + h) * f.Tq + row;
+    nl[half] = row < f.Tq ? -f.lse[idx] * kLog2e : 0.f;
+    di[half] = row < f.Tq ? args.di[idx] : 0.f;
+  }
+  float dq[kDT][4];
+#pragma unroll
+  for (int dj = 0; dj < kDT; ++dj)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[dj][e] = 0.f;
+  float dscale_acc = 0.f;
+
+  const int a_row = lane % 16, a_col = 8 * (lane / 16);
+  const int b_row = lane % 8 + 8 * (lane / 16), b_col = 8 * ((lane / 8) % 2);
+  const int bt_row = lane % 8 + 8 * ((lane / 8) % 2), bt_col = 8 * (lane / 16);
+  const uint32_t sQ_u = smem_u32(sQ), sdO_u = smem_u32(sdO), sK_u = smem_u32(sK), sV_u = smem_u32(sV);
+
+  for (int it = 0; it < n_iter; ++it) {
+    const int n = block_of(it), buf = it & 1;
+    if (it == 0)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
+    __syncthreads();
+    if (it + 1 < n_iter) {
+      const int next = block_of(it + 1) * kBN;
+      load_tile<kBN, kD, kThreads, kVec16>(sK + (buf ^ 1) * kBN * kStride, kh, f.k_stride.t, next, f.Tk, f.D, tid);
+      load_tile<kBN, kD, kThreads, kVec16>(sV + (buf ^ 1) * kBN * kStride, vh, f.v_stride.t, next, f.Tk, f.Dv, tid);
+    }
+    cp_async_commit();
+    const uint32_t sKb = sK_u + buf * kBN * kStride * 2, sVb = sV_u + buf * kBN * kStride * 2;
+
+    float st[kNT][4], dp[kNT][4];
+#pragma unroll
+    for (int nj = 0; nj < kNT; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nj][e] = dp[nj][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(a, sQ_u + ((warp * 16 + a_row) * kStride + kk * 16 + a_col) * 2);
+#pragma unroll
+      for (int nj2 = 0; nj2 < kNT / 2; ++nj2) {
+        uint32_t bk[4];
+        ldsm_x4(bk, sKb + ((nj2 * 16 + b_row) * kStride + kk * 16 + b_col) * 2);
+        mma_16816(st[2 * nj2], a, bk[0], bk[1]);
+        mma_16816(st[2 * nj2 + 1], a, bk[2], bk[3]);
+      }
+    }
+    if (it == 0) {  // the first block's V
+      cp_async_wait<1>();
+      __syncthreads();
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(a, sdO_u + ((warp * 16 + a_row) * kStride + kk * 16 + a_col) * 2);
+#pragma unroll
+      for (int nj2 = 0; nj2 < kNT / 2; ++nj2) {
+        uint32_t bv[4];
+        ldsm_x4(bv, sVb + ((nj2 * 16 + b_row) * kStride + kk * 16 + b_col) * 2);
+        mma_16816(dp[2 * nj2], a, bv[0], bv[1]);
+        mma_16816(dp[2 * nj2 + 1], a, bv[2], bv[3]);
+      }
+    }
+
+    const int c_lo = n * kBN;
+    const bool full = c_lo + kBN <= f.Tk && c_lo + kBN - 1 <= p_lo &&
+                      (f.window == 0 || p_hi - c_lo < f.window || c_lo + kBN <= f.sinks);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int pos = row0 + warp * 16 + gr + 8 * half + off;
+#pragma unroll
+      for (int nj = 0; nj < kNT; ++nj)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = c_lo + nj * 8 + 2 * tq + e;
+          const float dot = st[nj][2 * half + e];
+          float pv = fast_exp2(fmaf(dot, sl2, nl[half]));
+          if (!full && (col >= f.Tk || !visible(pos, col, f.window, f.sinks))) pv = 0.f;
+          const float ds = pv * (dp[nj][2 * half + e] - di[half]);
+          if constexpr (kDscale) dscale_acc = fmaf(ds, dot, dscale_acc);
+          st[nj][2 * half + e] = ds * scale;
+        }
+    }
+
+    // dQ += dS K: A = dS from the accumulators, B = K read transposed (k = key, n = d).
+#pragma unroll
+    for (int kk = 0; kk < kNT / 2; ++kk) {
+      uint32_t a[4];
+      c_to_a(a, st[2 * kk], st[2 * kk + 1]);
+#pragma unroll
+      for (int dj2 = 0; dj2 < kDT / 2; ++dj2) {
+        uint32_t bk[4];
+        ldsm_x4_t(bk, sKb + ((kk * 16 + bt_row) * kStride + dj2 * 16 + bt_col) * 2);
+        mma_16816(dq[2 * dj2], a, bk[0], bk[1]);
+        mma_16816(dq[2 * dj2 + 1], a, bk[2], bk[3]);
+      }
+    }
+  }
+
+  // dq out through smem (sQ) as coalesced rows; dscale_h part: warps in order, then one store.
+  __syncthreads();
+#pragma unroll
+  for (int dj = 0; dj < kDT; ++dj)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      *reinterpret_cast<uint32_t*>(sQ + (warp * 16 + gr + 8 * half) * kStride + dj * 8 + 2 * tq) =
+          pack_bf16(dq[dj][2 * half], dq[dj][2 * half + 1]);
+  if constexpr (kDscale) {
+#pragma unroll
+    for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
+    float* part = reinterpret_cast<float*>(sdO);
+    if (lane == 0) part[warp] = dscale_acc;
+  }
+  __syncthreads();
+  if constexpr (kDscale) {
+    if (tid == 0) {
+      const float* part = reinterpret_cast<const float*>(sdO);
+      dscale_part[(int64_t(h) * f.B + b) * num_m + m_block] = (part[0] + part[1]) + (part[2] + part[3]);
+    }
+  }
+  bf16* dqh = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + h * p.dq_stride.h;
+  store_tile<kBM, kD, kStride, kThreads, kVec16>(sQ, dqh, p.dq_stride.t, row0, f.Tq, f.D, tid);
+}
+
+// dscale_h[h] = sum of the per-CTA parts of head h in a fixed order (deterministic mode).
+__global__ void flash_backward_dscale_reduce_kernel(float* __restrict__ dscale_h, const float* __restrict__ part,
+                                                    int Hq, int parts_per_head) {
+  const int h = blockIdx.x;
+  __shared__ float red[256];
+  float acc = 0.f;
+  for (int i = threadIdx.x; i < parts_per_head; i += blockDim.x) acc += part[int64_t(h) * parts_per_head + i];
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dscale_h[h] = red[0];
+}
+
 template <class Cfg>
 cudaError_t launch_backward_main(const FlashAttentionBackwardParams& p, float* dq_acc, float* di, cudaStream_t stream) {
-  const auto kernel = p.dscale_h ? flash_backward_kernel<Cfg, true> : flash_backward_kernel<Cfg, false>;
+  const auto kernel = p.deterministic ? flash_backward_kernel<Cfg, false, false>
+                     : p.dscale_h     ? flash_backward_kernel<Cfg, true, true>
+                                      : flash_backward_kernel<Cfg, false, true>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = (p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN * p.fwd.Hkv * p.fwd.B;
@@ -377,26 +585,64 @@ struct BackwardDefault<256, V> : BackwardTile<256, 128, 64, 32, false, V> {};
 inline int padded_dim(const FlashAttentionBackwardParams& p) { return padded_head_dim(std::max(p.fwd.D, p.fwd.Dv)); }
 
 // The three kernels with main kernel tile Cfg; `workspace` as flash_attention_backward_workspace_bytes.
+// Workspace layout, in floats: the dQ accumulator (atomic mode), Di, the dscale_h parts
+// (deterministic mode with dscale_h); each piece rounded up to 64 floats.
+struct WorkspaceLayout {
+  int64_t dq_acc, di, dscale_part, total;
+};
+inline WorkspaceLayout workspace_layout(const FlashAttentionBackwardParams& p, int head_dim) {
+  const int64_t rows = int64_t(p.fwd.B) * p.fwd.Hq * p.fwd.Tq;
+  auto round = [](int64_t n) { return (n + 63) / 64 * 64; };
+  WorkspaceLayout w;
+  w.dq_acc = 0;
+  w.di = p.deterministic ? 0 : round(rows * head_dim);
+  w.dscale_part = w.di + round(rows);
+  const int64_t parts = p.deterministic && p.dscale_h ? int64_t(p.fwd.Hq) * p.fwd.B * ((p.fwd.Tq + 63) / 64) : 0;
+  w.total = w.dscale_part + round(parts);
+  return w;
+}
+
+template <class Dq>
+cudaError_t launch_backward_dq(const FlashAttentionBackwardParams& p, float* di, float* dscale_part,
+                               cudaStream_t stream) {
+  const auto kernel = p.dscale_h ? flash_backward_dq_kernel<Dq, true> : flash_backward_dq_kernel<Dq, false>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dq::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int num_m = (p.fwd.Tq + Dq::kBlockM - 1) / Dq::kBlockM;
+  kernel<<<dim3(num_m, p.fwd.Hq, p.fwd.B), Dq::kThreads, Dq::kSmemBytes, stream>>>(
+      BackwardArgs{p, nullptr, di, 0}, dscale_part);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if (p.dscale_h) {
+    flash_backward_dscale_reduce_kernel<<<p.fwd.Hq, 256, 0, stream>>>(p.dscale_h, dscale_part, p.fwd.Hq,
+                                                                      p.fwd.B * num_m);
+    err = cudaGetLastError();
+  }
+  return err;
+}
+
+// The backward with main kernel tile Cfg; `workspace` as flash_attention_backward_workspace_bytes.
 template <class Cfg>
 cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   const FlashAttentionForwardParams& f = p.fwd;
   const int64_t rows = int64_t(f.B) * f.Hq * f.Tq;
-  float* dq_acc = static_cast<float*>(workspace);
-  float* di = dq_acc + (rows * Cfg::kHeadDim + 63) / 64 * 64;
-  cudaError_t err = cudaMemsetAsync(dq_acc, 0, rows * Cfg::kHeadDim * sizeof(float), stream);
-  if (err != cudaSuccess) return err;
+  const WorkspaceLayout w = workspace_layout(p, Cfg::kHeadDim);
+  float* ws = static_cast<float*>(workspace);
+  float *dq_acc = ws + w.dq_acc, *di = ws + w.di;
+  cudaError_t err = cudaSuccess;
+  if (!p.deterministic && (err = cudaMemsetAsync(dq_acc, 0, rows * Cfg::kHeadDim * sizeof(float), stream)))
+    return err;
   if (rows > 0) {
     const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
     flash_backward_preprocess_kernel<<<grid, 256, 0, stream>>>(p, di);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   if ((err = launch_backward_main<Cfg>(p, dq_acc, di, stream)) != cudaSuccess) return err;
-  if (rows > 0) {
-    const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
-    flash_backward_convert_kernel<<<grid, 256, 0, stream>>>(p, dq_acc, Cfg::kHeadDim);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  if (rows == 0) return cudaSuccess;
+  if (p.deterministic)
+    return launch_backward_dq<DqTile<Cfg::kHeadDim, 64, Cfg::kVec16>>(p, di, ws + w.dscale_part, stream);
+  const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
+  flash_backward_convert_kernel<<<grid, 256, 0, stream>>>(p, dq_acc, Cfg::kHeadDim);
+  return cudaGetLastError();
 }
 
 template <bool kVec16>
@@ -412,19 +658,20 @@ cudaError_t dispatch_backward(const FlashAttentionBackwardParams& p, void* works
   }
 }
 
-// 16-byte rows for the tensors the main kernel copies in (q, k, v, dO) and out (dk, dv).
+// 16-byte rows for the tensors the tiles copy in (q, k, v, dO) and out (dk, dv; dq when
+// deterministic).
 inline bool backward_vec16(const FlashAttentionBackwardParams& p) {
   const FlashAttentionForwardParams& f = p.fwd;
   return f.D % 8 == 0 && f.Dv % 8 == 0 && rows_aligned(f.q, f.q_stride, 16) && rows_aligned(f.k, f.k_stride, 16) &&
          rows_aligned(f.v, f.v_stride, 16) && rows_aligned(p.dout, p.dout_stride, 16) &&
-         rows_aligned(p.dk, p.dk_stride, 16) && rows_aligned(p.dv, p.dv_stride, 16);
+         rows_aligned(p.dk, p.dk_stride, 16) && rows_aligned(p.dv, p.dv_stride, 16) &&
+         (!p.deterministic || rows_aligned(p.dq, p.dq_stride, 16));
 }
 
 }  // namespace flash
 
 size_t flash_attention_backward_workspace_bytes(const FlashAttentionBackwardParams& p) {
-  const int64_t rows = int64_t(p.fwd.B) * p.fwd.Hq * p.fwd.Tq;
-  return size_t((rows * flash::padded_dim(p) + 63) / 64 * 64 + rows) * sizeof(float);
+  return size_t(flash::workspace_layout(p, flash::padded_dim(p)).total) * sizeof(float);
 }
 
 cudaError_t flash_attention_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {

@@ -96,3 +96,32 @@ TEST_CASE("attention on cuda rejects head dims the kernels cannot take", "[atten
   Tensor q64 = random_tensor({1, 8, 2, 8}, 3).to(gpu);
   REQUIRE_THROWS_WITH(attention_forward(q64, q64, q64, AttentionParams{}, nullptr), Catch::Contains("f64 runs on the CPU"));
 }
+
+TEST_CASE("attention on cuda in deterministic mode matches the cpu reference and repeats bit for bit",
+          "[attention][gpu]") {
+  const int64_t B = 2, T = 129, Hq = 4, Hkv = 2, D = 64;
+  AttentionParams p;
+  p.window = 40, p.sinks = 5, p.deterministic = true;
+  auto r = cuda_parity(
+      [&](const std::vector<Var>& x) {
+        AttentionVars a = attention_with_lse(x[0], x[1], x[2], p);
+        return std::vector<Var>{a.o, a.lse};
+      },
+      {random_tensor({B, T, Hq, D}, 31), random_tensor({B, T, Hkv, D}, 32), random_tensor({B, T, Hkv, D}, 33)},
+      bf16_tolerance());
+  INFO(r.report);
+  REQUIRE(r.ok);
+
+  const Device gpu = Device::cuda(0);
+  Tensor q = random_tensor({B, T, Hq, D}, 34, DType::bf16).to(gpu), k = random_tensor({B, T, Hkv, D}, 35, DType::bf16).to(gpu);
+  Tensor v = random_tensor({B, T, Hkv, D}, 36, DType::bf16).to(gpu), dout = random_tensor({B, T, Hq, D}, 37, DType::bf16).to(gpu);
+  p.scale_h = Tensor::from_vector(std::vector<float>{0.1f, 0.2f, 0.3f, 0.5f}, {Hq}).to(gpu);
+  AttentionSaved s;
+  attention_forward(q, k, v, p, &s);
+  AttentionGrads a = attention_backward(s, dout, Tensor(), GradMask{0b1111});
+  AttentionGrads b = attention_backward(s, dout, Tensor(), GradMask{0b1111});
+  REQUIRE(a.dq.to_double_vector() == b.dq.to_double_vector());
+  REQUIRE(a.dk.to_double_vector() == b.dk.to_double_vector());
+  REQUIRE(a.dv.to_double_vector() == b.dv.to_double_vector());
+  REQUIRE(a.dscale_h.to_double_vector() == b.dscale_h.to_double_vector());
+}
