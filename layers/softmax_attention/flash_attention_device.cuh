@@ -1,0 +1,174 @@
+// Device building blocks shared by the flash-attention forward and backward kernels: tensor-core
+// MMA and ldmatrix wrappers, cp.async tile copies into padded shared-memory tiles, and the
+// visibility rule of attention.md 1. Tiles are row-major with kHeadDim + 8 bf16 per row: the extra
+// 16 bytes put the 8 rows one ldmatrix reads in 8 different bank groups, for any head dim.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "layers/softmax_attention/flash_attention.cuh"
+
+namespace hyb::flash {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The tile width a head dim runs at: max(D, Dv) rounded up to 32, 64, 96, 128, 192 or 256 (the
+// padded path of attention.md 4.4); 0 when it is over 256.
+__host__ __device__ constexpr int padded_head_dim(int d) {
+  return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : d <= 256 ? 256 : 0;
+}
+
+// Query at position p sees key j (attention.md 1).
+__device__ __forceinline__ bool visible(int p, int j, int window, int sinks) {
+  return j <= p && (window == 0 || p - j < window || j < sinks);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16- and 4-byte asynchronous copies; an invalid source writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a b for one m16n8k16 tile: a row-major 16x16, b column-major 16x8, c fp32 16x8.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16 pair, the first in the low half (the lower column of an MMA fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The A fragment of the k-step built from accumulator n-tiles 2kk and 2kk+1 (rows x 16 columns):
+// an fp32 C tile becomes the bf16 A operand of the next product without leaving registers.
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// fp32 pair reduction into global memory (sm_90 vector red), 8-byte aligned.
+__device__ __forceinline__ void red_add_v2(float* dst, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+}
+
+// Copies rows [row0, row0 + kRows) of one head of a (B, T, H, D) tensor into a padded smem tile.
+// `head` points at (b, 0, h, 0). Rows >= T and columns >= D are zero: zero q rows and zero k/v
+// columns leave every dot product unchanged. kVec16 needs D % 8 == 0 and 16-byte aligned rows.
+// Each thread walks one column chunk down the rows with a running pointer and is not unrolled:
+// unrolled, the compiler keeps every row's address live across the whole main loop.
+template <int kRows, int kHeadDim, int kThreads, bool kVec16>
+__device__ __forceinline__ void load_tile(bf16* smem, const bf16* head, int64_t row_stride, int row0, int T, int D,
+                                          int tid) {
+  constexpr int kChunks = kHeadDim / 8, kStride = kHeadDim + 8;
+  static_assert((kRows * kChunks) % kThreads == 0, "tile chunks must split evenly over the threads");
+  const int c = tid % kChunks;
+  if constexpr (kThreads % kChunks == 0) {
+    constexpr int kRowStep = kThreads / kChunks;
+    int r = tid / kChunks;
+    const bf16* src = head + int64_t(row0 + r) * row_stride + c * 8;
+    uint32_t dst = smem_u32(smem + r * kStride + c * 8);
+    const int64_t src_step = kRowStep * row_stride;
+#pragma unroll 1
+    for (; r < kRows; r += kRowStep, src += src_step, dst += kRowStep * kStride * 2) {
+      const bool row_ok = row0 + r < T;
+      if constexpr (kVec16) {
+        const bool ok = row_ok && c * 8 < D;
+        cp_async16(dst, ok ? src : head, ok);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = row_ok && c * 8 + 2 * e < D;
+          cp_async4(dst + 4 * e, ok ? src + 2 * e : head, ok);
+        }
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int i = tid; i < kRows * kChunks; i += kThreads) {
+      const int r = i / kChunks, cc = i % kChunks, row = row0 + r;
+      const bool row_ok = row < T;
+      const bf16* src = head + (row_ok ? int64_t(row) * row_stride : 0) + cc * 8;
+      const uint32_t dst = smem_u32(smem + r * kStride + cc * 8);
+      if constexpr (kVec16) {
+        const bool ok = row_ok && cc * 8 < D;
+        cp_async16(dst, ok ? src : head, ok);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = row_ok && cc * 8 + 2 * e < D;
+          cp_async4(dst + 4 * e, ok ? src + 2 * e : head, ok);
+        }
+      }
+    }
+  }
+}
+
+// Writes columns [0, ncols) of rows [row0, min(T, row0 + kRows)) of a smem tile (kCols wide, rows
+// kSmemStride apart) to one head of a (B, T, H, D) tensor; `head` points at (b, 0, h, 0).
+template <int kRows, int kCols, int kSmemStride, int kThreads, bool kVec16>
+__device__ __forceinline__ void store_tile(const bf16* smem, bf16* head, int64_t row_stride, int row0, int T, int ncols,
+                                           int tid) {
+  constexpr int kChunks = kCols / 8, kTotal = kRows * kChunks;
+  static_assert(kTotal % kThreads == 0, "tile chunks must split evenly over the threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / kThreads; ++it) {
+    const int i = it * kThreads + tid, r = i / kChunks, c = i % kChunks, row = row0 + r;
+    if (row >= T || c * 8 >= ncols) continue;
+    const bf16* s = smem + r * kSmemStride + c * 8;
+    bf16* g = head + int64_t(row) * row_stride + c * 8;
+    if constexpr (kVec16) {
+      *reinterpret_cast<uint4*>(g) = *reinterpret_cast<const uint4*>(s);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (c * 8 + 2 * e < ncols) reinterpret_cast<uint32_t*>(g)[e] = reinterpret_cast<const uint32_t*>(s)[e];
+    }
+  }
+}
+
+// Host side: true when a tensor's base and B/T/H strides allow `bytes`-wide accesses to its rows.
+inline bool rows_aligned(const void* base, const FlashStrides& s, int bytes) {
+  const int64_t elems = bytes / 2;
+  return reinterpret_cast<uintptr_t>(base) % bytes == 0 && s.b % elems == 0 && s.t % elems == 0 && s.h % elems == 0;
+}
+
+}  // namespace hyb::flash

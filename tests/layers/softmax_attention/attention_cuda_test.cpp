@@ -1,0 +1,127 @@
+// The softmax-attention core op on CUDA (the flash-attention kernels) against the f64 CPU
+// reference: outputs o and lse and the gradients of q, k, v (and of a per-head scale), at awkward
+// sizes, GQA, windows with sinks, bottom-right alignment, padded head dims and strided inputs. The
+// kernels compute in bf16, so the f32 CUDA path is held to the bf16 tolerance too. The exhaustive
+// kernel sweep and the timings live in tools/flash_attention_dev.cu.
+#include <catch2/catch.hpp>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops/shape_ops.h"
+#include "layers/softmax_attention/attention_op.h"
+#include "parity.h"
+
+using namespace hyb;
+
+namespace {
+
+struct Case {
+  int64_t B, Tq, Tk, Hq, Hkv, D, Dv, window, sinks;
+};
+
+ParityOptions bf16_tolerance() {
+  ParityOptions o;
+  o.tol_f32 = 2e-2;  // f32 inputs are rounded to bf16 before the kernels
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("attention on cuda matches the cpu reference: causal GQA, windows, sinks, Tq < Tk, padded head dims",
+          "[attention][gpu]") {
+  const std::vector<Case> cases = {
+      {2, 37, 37, 4, 2, 64, 64, 0, 0},    {1, 129, 129, 6, 2, 64, 64, 17, 5}, {2, 70, 70, 2, 1, 32, 32, 64, 70},
+      {1, 37, 129, 4, 2, 64, 64, 0, 0},   {2, 1, 70, 4, 1, 64, 64, 0, 0},     {1, 129, 129, 2, 2, 16, 16, 0, 0},
+      {1, 70, 70, 2, 1, 60, 60, 30, 3},   {1, 70, 70, 2, 2, 76, 76, 0, 0},    {1, 129, 129, 2, 1, 96, 96, 40, 0},
+      {1, 70, 70, 2, 2, 128, 128, 0, 0},  {1, 40, 40, 2, 1, 256, 256, 9, 2},  {2, 64, 64, 2, 2, 64, 32, 0, 0},
+      {1, 300, 300, 2, 1, 64, 64, 1, 0},
+  };
+  uint64_t seed = 11;
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION("B" << c.B << " Tq" << c.Tq << " Tk" << c.Tk << " H" << c.Hq << "/" << c.Hkv << " D" << c.D << "/"
+                        << c.Dv << " w" << c.window << " s" << c.sinks) {
+      AttentionParams p;
+      p.window = c.window, p.sinks = c.sinks;
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            AttentionVars a = attention_with_lse(x[0], x[1], x[2], p);
+            return std::vector<Var>{a.o, a.lse};
+          },
+          {random_tensor({c.B, c.Tq, c.Hq, c.D}, seed), random_tensor({c.B, c.Tk, c.Hkv, c.D}, seed + 1),
+           random_tensor({c.B, c.Tk, c.Hkv, c.Dv}, seed + 2)},
+          bf16_tolerance());
+      seed += 3;
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("attention on cuda reads q, k and v as strided views of one fused projection", "[attention][gpu]") {
+  const int64_t B = 2, T = 70, Hq = 4, Hkv = 2, D = 64;
+  AttentionParams p;
+  p.window = 20, p.sinks = 3;
+  auto r = cuda_parity(
+      [&](const std::vector<Var>& x) {
+        const Var q = narrow(x[0], 2, 0, Hq), k = narrow(x[0], 2, Hq, Hkv), v = narrow(x[0], 2, Hq + Hkv, Hkv);
+        return std::vector<Var>{attention(q, k, v, p)};
+      },
+      {random_tensor({B, T, Hq + 2 * Hkv, D}, 5)}, bf16_tolerance());
+  INFO(r.report);
+  REQUIRE(r.ok);
+}
+
+TEST_CASE("attention on cuda with a per-head scale matches the cpu reference, the scale gradient included",
+          "[attention][gpu]") {
+  const int64_t B = 2, T = 129, Hq = 4, Hkv = 2, D = 32;
+  AttentionParams p;
+  p.window = 50, p.sinks = 4;
+  ParityOptions o = bf16_tolerance();
+  o.bf16 = false;  // scale_h must be f32 or f64
+  auto r = cuda_parity(
+      [&](const std::vector<Var>& x) {
+        AttentionVars a = attention_with_lse(x[0], x[1], x[2], x[3], p);
+        return std::vector<Var>{a.o, a.lse};
+      },
+      {random_tensor({B, T, Hq, D}, 21), random_tensor({B, T, Hkv, D}, 22), random_tensor({B, T, Hkv, D}, 23),
+       Tensor::from_vector(std::vector<double>{0.1, 0.2, 0.3, 0.5}, {Hq})},
+      o);
+  INFO(r.report);
+  REQUIRE(r.ok);
+}
+
+TEST_CASE("attention on cuda rejects head dims the kernels cannot take", "[attention][gpu][errors]") {
+  const Device gpu = Device::cuda(0);
+  Tensor q = random_tensor({1, 8, 2, 7}, 1, DType::bf16).to(gpu), k = random_tensor({1, 8, 2, 7}, 2, DType::bf16).to(gpu);
+  REQUIRE_THROWS_WITH(attention_forward(q, k, k, AttentionParams{}, nullptr), Catch::Contains("must be even"));
+  Tensor q64 = random_tensor({1, 8, 2, 8}, 3).to(gpu);
+  REQUIRE_THROWS_WITH(attention_forward(q64, q64, q64, AttentionParams{}, nullptr), Catch::Contains("f64 runs on the CPU"));
+}
+
+TEST_CASE("attention on cuda in deterministic mode matches the cpu reference and repeats bit for bit",
+          "[attention][gpu]") {
+  const int64_t B = 2, T = 129, Hq = 4, Hkv = 2, D = 64;
+  AttentionParams p;
+  p.window = 40, p.sinks = 5, p.deterministic = true;
+  auto r = cuda_parity(
+      [&](const std::vector<Var>& x) {
+        AttentionVars a = attention_with_lse(x[0], x[1], x[2], p);
+        return std::vector<Var>{a.o, a.lse};
+      },
+      {random_tensor({B, T, Hq, D}, 31), random_tensor({B, T, Hkv, D}, 32), random_tensor({B, T, Hkv, D}, 33)},
+      bf16_tolerance());
+  INFO(r.report);
+  REQUIRE(r.ok);
+
+  const Device gpu = Device::cuda(0);
+  Tensor q = random_tensor({B, T, Hq, D}, 34, DType::bf16).to(gpu), k = random_tensor({B, T, Hkv, D}, 35, DType::bf16).to(gpu);
+  Tensor v = random_tensor({B, T, Hkv, D}, 36, DType::bf16).to(gpu), dout = random_tensor({B, T, Hq, D}, 37, DType::bf16).to(gpu);
+  p.scale_h = Tensor::from_vector(std::vector<float>{0.1f, 0.2f, 0.3f, 0.5f}, {Hq}).to(gpu);
+  AttentionSaved s;
+  attention_forward(q, k, v, p, &s);
+  AttentionGrads a = attention_backward(s, dout, Tensor(), GradMask{0b1111});
+  AttentionGrads b = attention_backward(s, dout, Tensor(), GradMask{0b1111});
+  REQUIRE(a.dq.to_double_vector() == b.dq.to_double_vector());
+  REQUIRE(a.dk.to_double_vector() == b.dk.to_double_vector());
+  REQUIRE(a.dv.to_double_vector() == b.dv.to_double_vector());
+  REQUIRE(a.dscale_h.to_double_vector() == b.dscale_h.to_double_vector());
+}
