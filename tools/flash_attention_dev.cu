@@ -135,8 +135,9 @@ __global__ void ref_pv(const float* P, const float* v, float* o, RefDims d) {
   }
 }
 // dS = P ∘ (dO v_j - Di), Di = <dO_i, o_i> - dlse_i
+// dS_mag = P (|dO v_j| + |Di|): the size of dS before the cancellation in dP - Di.
 __global__ void ref_ds(const float* P, const float* dO, const float* v, const float* o, const float* dlse, float* dS,
-                       RefDims d) {
+                       float* dS_mag, RefDims d) {
   const int64_t n = int64_t(d.B) * d.Hq * d.Tq * d.Tk;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     const int j = x % d.Tk, i = (x / d.Tk) % d.Tq, h = (x / (int64_t(d.Tk) * d.Tq)) % d.Hq;
@@ -148,6 +149,7 @@ __global__ void ref_ds(const float* P, const float* dO, const float* v, const fl
     for (int e = 0; e < d.Dv; ++e) dp += gi[e] * vj[e], di += gi[e] * oi[e];
     if (dlse) di -= dlse[(int64_t(b) * d.Hq + h) * d.Tq + i];
     dS[x] = P[x] * (dp - di);
+    dS_mag[x] = P[x] * (fabsf(dp) + fabsf(di));
   }
 }
 // dq[b, i, h, :] = scale_h sum_j dS k_j
@@ -185,16 +187,17 @@ __global__ void ref_dkdv(const float* dS, const float* P, const float* q, const 
     if (e < d.Dv) dv[row * d.Dv + e] = av;
   }
 }
-// dscale[h] = sum_{b,i,j} dS <q_i, k_j> and its scale dscale_abs[h] = sum |dS <q_i, k_j>|; one
+// dscale[h] = sum_{b,i,j} dS <q_i, k_j> and its scale dscale_abs[h] = sum dS_mag |<q_i, k_j>|; one
 // block per head.
-__global__ void ref_dscale(const float* dS, const float* dots, float* dscale, float* dscale_abs, RefDims d) {
+__global__ void ref_dscale(const float* dS, const float* dS_mag, const float* dots, float* dscale, float* dscale_abs,
+                           RefDims d) {
   const int h = blockIdx.x;
   double acc = 0.0, acc_abs = 0.0;
   for (int b = 0; b < d.B; ++b)
     for (int64_t x = threadIdx.x; x < int64_t(d.Tq) * d.Tk; x += blockDim.x) {
       const int64_t idx = (int64_t(b) * d.Hq + h) * d.Tq * d.Tk + x;
       acc += double(dS[idx]) * dots[idx];
-      acc_abs += fabs(double(dS[idx]) * dots[idx]);
+      acc_abs += fabs(double(dS_mag[idx]) * dots[idx]);
     }
   __shared__ double red[256], red_abs[256];
   red[threadIdx.x] = acc;
@@ -219,9 +222,10 @@ struct Case {
 
 struct Reference {
   std::vector<float> o, lse, dq, dk, dv, dscale;
-  // sum |dS_ij s_ij| per head: dscale sums terms that cancel heavily (rows of dS sum to zero), so
-  // its error is measured against this scale. The kernel's Di comes from its bf16 o (attention.md
-  // 3.1), itself made with bf16 P, which moves a cancelled dscale by percents with peaky logits.
+  // sum P_ij (|dP_ij| + |Di|) |s_ij| per head: dscale sums terms that cancel heavily (dP - Di, and
+  // rows of dS sum to zero; with one key dS is exactly zero), so its error is measured against the
+  // size of the terms before cancelling. The kernel's Di comes from its bf16 o (attention.md 3.1),
+  // itself made with bf16 P, which moves a cancelled dscale by percents with peaky logits.
   std::vector<float> dscale_abs;
 };
 
@@ -362,7 +366,7 @@ Reference reference(const Inputs& in) {
   RefDims d{c.B, c.Tq, c.Tk, c.Hq, c.Hkv, c.D, c.Dv, c.window, c.sinks, in.scale, in.scale_h_d};
   const int64_t nS = int64_t(c.B) * c.Hq * c.Tq * c.Tk;
   float *q = upload(in.q), *k = upload(in.k), *v = upload(in.v), *g = upload(in.dout);
-  float *dots = dalloc<float>(nS), *P = dalloc<float>(nS), *dS = dalloc<float>(nS);
+  float *dots = dalloc<float>(nS), *P = dalloc<float>(nS), *dS = dalloc<float>(nS), *dS_mag = dalloc<float>(nS);
   const size_t nq = size_t(c.B) * c.Tq * c.Hq, nk = size_t(c.B) * c.Tk * c.Hkv;
   float *o = dalloc<float>(nq * c.Dv), *lse = dalloc<float>(nq), *dq = dalloc<float>(nq * c.D);
   float *dk = dalloc<float>(nk * c.D), *dv = dalloc<float>(nk * c.Dv), *dscale = dalloc<float>(c.Hq);
@@ -371,16 +375,16 @@ Reference reference(const Inputs& in) {
   ref_dots<<<grid, block>>>(q, k, dots, d);
   ref_softmax<<<grid, block>>>(dots, P, lse, d);
   ref_pv<<<grid, block>>>(P, v, o, d);
-  ref_ds<<<grid, block>>>(P, g, v, o, in.dlse_d, dS, d);
+  ref_ds<<<grid, block>>>(P, g, v, o, in.dlse_d, dS, dS_mag, d);
   ref_dq<<<grid, block>>>(dS, k, dq, d);
   ref_dkdv<<<grid, block>>>(dS, P, q, g, dk, dv, d);
-  ref_dscale<<<c.Hq, 256>>>(dS, dots, dscale, dscale_abs, d);
+  ref_dscale<<<c.Hq, 256>>>(dS, dS_mag, dots, dscale, dscale_abs, d);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   Reference r{download_f32(o, nq * c.Dv), download_f32(lse, nq), download_f32(dq, nq * c.D),
               download_f32(dk, nk * c.D), download_f32(dv, nk * c.Dv), download_f32(dscale, c.Hq),
               download_f32(dscale_abs, c.Hq)};
-  for (float* p : {q, k, v, g, dots, P, dS, o, lse, dq, dk, dv, dscale, dscale_abs}) CK(cudaFree(p));
+  for (float* p : {q, k, v, g, dots, P, dS, dS_mag, o, lse, dq, dk, dv, dscale, dscale_abs}) CK(cudaFree(p));
   return r;
 }
 
@@ -720,7 +724,7 @@ int main(int argc, char** argv) {
               prop.l2CacheSize >> 20, prop.sharedMemPerBlockOptin >> 10);
   std::printf("== validation against the naive fp32 reference (rel error < 2e-2, NaN-poisoned outputs)\n");
   for (const Case& c : validation_cases(quick)) check_case(c, !quick);
-  std::printf("validation: %d failure(s); worst rel error o/lse/dq/dk/dv %.2e; dscale %.2e of sum|dS s| (plain rel %.2e)\n",
+  std::printf("validation: %d failure(s); worst rel error o/lse/dq/dk/dv %.2e; dscale %.2e of sum P(|dP|+|Di|)|s| (plain rel %.2e)\n",
               g_failures, g_worst, g_worst_dscale, g_worst_dscale_exact);
   if (!quick && !validate_only) timing();
   return g_failures ? 1 : 0;
