@@ -98,7 +98,7 @@ fi
 
 # Benchmarks: `hybrid bench` once it exists.
 if [ -x "$build/hybrid" ] && "$build/hybrid" --help 2>/dev/null | grep -qE '^  bench '; then
-  timeout 300 "$build/hybrid" bench > "$out/bench.log" 2>&1
+  timeout 300 "$build/hybrid" bench ops --out "$out/bench.jsonl" > "$out/bench.log" 2>&1
   row "hybrid bench" "$([ $? -eq 0 ] && echo ok || echo FAILED)" "see bench.log"
 else
   row "hybrid bench" "none" "no bench command registered yet"
