@@ -83,8 +83,9 @@ TEST_CASE("pointwise ops on cuda match the cpu reference, contiguous, unaligned 
 
 TEST_CASE("broadcasting binary ops on cuda match the cpu reference, both gradients included", "[binary][gpu]") {
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 1, 5}, {4, 5}}, {{129}, {129}},    {{1000}, {1}},           {{}, {7, 3}},
-      {{37, 1000}, {1000}}, {{4, 1, 3}, {4, 2, 1}}, {{129, 1}, {1, 257}}, {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
+      {{3, 1, 5}, {4, 5}},   {{129}, {129}},          {{1000}, {1}},          {{}, {7, 3}},
+      {{37, 1000}, {1000}},  {{37, 64}, {37, 1}},     {{4, 1, 3}, {4, 2, 1}}, {{129, 1}, {1, 257}},
+      {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
   };
   for (BinaryOp op : kBinaryOps) {
     for (const auto& [sa, sb] : shapes) {
@@ -129,6 +130,8 @@ TEST_CASE("sum and mean on cuda match the cpu reference over rows, columns and s
       {{2, 5000}, {-1}, false, false},     // block rows, 16-byte packs
       {{3, 70001}, {-1}, true, false},     // block rows split into chunks, odd length
       {{40000, 3}, {0}, false, false},     // columns split into chunks
+      {{300, 64}, {0}, false, false},      // columns in 16-byte packs
+      {{20000, 16}, {0}, true, false},     // packed columns split into chunks
       {{300, 1000}, {}, false, false},     // everything, split
       {{7, 9, 11}, {0, 1}, true, false},   // leading dims
       {{33, 129}, {1}, false, true},       // transposed: the reduced dim is strided
