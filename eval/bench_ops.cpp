@@ -177,10 +177,10 @@ std::vector<BenchCase> make_cases() {
 #endif
 
 int cmd_bench(Args& args) {
-  auto what = args.positional();
   const std::string filter = args.value("--filter", "");
   const int reps = int(args.integer("--reps", 20));
   const std::string out = args.value("--out", "");
+  auto what = args.positional();  // after the options, which own their values
   args.finish();
   HYB_CHECK(what.size() == 1 && what[0] == "ops", "bench: expected `hybrid bench ops`, got ", what.size(), " arguments");
 #if !HYBRID_CUDA

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 export OUT=${OUT:-$(pwd)/device-out}
 mkdir -p "$OUT"
 bash tools/device_check.sh
+source tools/device_env.sh
 h=build-device/hybrid
 {
   echo "== quickstart on the GPU"

@@ -19,15 +19,7 @@ if [ ! -d "$deps/include" ]; then
   echo "device_check: $deps is missing: run tools/device_deps.sh on a machine with apt and carry .deps" >&2
   exit 2
 fi
-libdir=$deps/lib/x86_64-linux-gnu
-export CMAKE_PREFIX_PATH="$deps${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-export CPATH="$deps/include${CPATH:+:$CPATH}"
-export LIBRARY_PATH="$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}"
-export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# NCCL comes with PyTorch's wheels there; the data-parallel build will point CMake at it.
-nccl_root=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-export HYBRID_NCCL_ROOT=$nccl_root
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared hosts
+source tools/device_env.sh
 jobs=$(nproc)
 
 {
@@ -82,10 +74,11 @@ run_tests() {  # $1: label, $2: log, remaining: environment assignments
   done
 }
 run_tests "test" "$out/tests.log" OMP_NUM_THREADS=$jobs
-run_tests "sync" "$out/tests_sync.log" OMP_NUM_THREADS=$jobs HYBRID_CUDA_SYNC=1
+# DEVICE_CHECK_QUICK=1 skips the synchronised rerun and memcheck (a re-check after small changes).
+[ "${DEVICE_CHECK_QUICK:-0}" = 1 ] || run_tests "sync" "$out/tests_sync.log" OMP_NUM_THREADS=$jobs HYBRID_CUDA_SYNC=1
 
 # compute-sanitizer's memcheck over the runtime's [gpu] tests: out-of-bounds and misaligned accesses.
-if command -v compute-sanitizer > /dev/null && [ -x "$build/tests/test_core" ]; then
+if [ "${DEVICE_CHECK_QUICK:-0}" != 1 ] && command -v compute-sanitizer > /dev/null && [ -x "$build/tests/test_core" ]; then
   t0=$(date +%s)
   timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$build/tests/test_core" "[cuda]" \
     > "$out/memcheck.log" 2>&1

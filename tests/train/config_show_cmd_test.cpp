@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "core/device.h"
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -43,7 +45,9 @@ TEST_CASE("hybrid config show prints the resolved config on stdout and its hash 
   std::ofstream("run.json") << R"({"model": {"d_model": 64, "num_layers": 3, "block": {"mixer": {"type": "attention", "num_heads": 2}}},
     "data": {"train": "t.bin", "seq_len": 32}, "train": {"batch_size": 4, "steps": 10, "optimizer": {"lr": 0.01}}})";
   auto [out, err] = run_config({"show", "run.json", "--set", "model.layers[1].mixer.window=8", "train.seed=3"});
-  RunConfig rc = resolve(read_file("run.json"), {"model.layers[1].mixer.window=8", "train.seed=3"}, "run.json");
+  // The command resolves device and precision for this machine (a GPU makes them cuda and bf16).
+  RunConfig rc = resolve(read_file("run.json"), {"model.layers[1].mixer.window=8", "train.seed=3"}, "run.json",
+                         {.cuda_devices = cuda_device_count()});
   REQUIRE(out == rc.resolved.dump(2) + "\n");
   REQUIRE(err == "config_sha256: " + rc.sha256 + "\n");
   REQUIRE(rc.name == "run");
