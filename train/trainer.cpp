@@ -73,6 +73,8 @@ bool Trainer::train_step(double* loss_out, double* norm_out) {
   for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
     Tensor inputs, targets;
     data_.next(&inputs, &targets);
+    // Dropout masks are keyed by the micro-step, so a resumed run draws the same ones.
+    model_.set_rng_step(uint64_t(step_ * opt_.grad_accum + micro));
     Var loss = model_.loss(inputs.to(opt_.device), targets.to(opt_.device), opt_.compute);
     loss_sum += loss.data().item();
     backward(loss, scale.to(loss.dtype()));

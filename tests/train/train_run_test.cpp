@@ -3,59 +3,26 @@
 // checkpoint is refused while the previous one stays usable. Separate processes: a crash is real.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
 #include "data/shard.h"
+#include "process.h"
 
 using namespace hyb;
 namespace fs = std::filesystem;
 
-extern char** environ;
-
 namespace {
 
-struct RunResult {
-  int exit_code = -1;  // -1: killed by a signal
-  int signal = 0;
-  std::string output;
-};
+using RunResult = ProcessResult;
 
 RunResult run_hybrid(const std::vector<std::string>& args, const std::string& fault = "") {
-  const std::string log = (fs::temp_directory_path() / "hybrid_tests" / "run.log").string();
-  std::vector<std::string> argv_s{HYBRID_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    if (std::string(*e).rfind("HYBRID_FAULT=", 0) != 0) env_s.push_back(*e);
-  if (!fault.empty()) env_s.push_back("HYBRID_FAULT=" + fault);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid;
-  REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  RunResult r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  std::ifstream in(log);
-  r.output.assign(std::istreambuf_iterator<char>(in), {});
-  return r;
+  std::vector<std::string> argv{HYBRID_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, fault.empty() ? "" : "HYBRID_FAULT=" + fault);
 }
 
 std::string setup_dir() {
@@ -158,4 +125,24 @@ TEST_CASE("training resumes bit-identically after a kill, whether the kill hits 
     REQUIRE(r.exit_code == 2);
     REQUIRE(r.output.find("--resume") != std::string::npos);
   }
+}
+
+TEST_CASE("a non-finite loss stops the run naming the step, or skips steps up to the limit", "[train][nonfinite]") {
+  const std::string d = setup_dir();
+  const std::string cfg = d + "/cfg.json";
+  // A learning rate this large sends the weights to inf in one update.
+  RunResult stop = run_hybrid({"train", "--config", cfg, "--set", "train.out_dir=\"" + d + "/s\"", "--set",
+                               "train.optimizer.lr=1e30", "--set", "train.grad_clip=0"});
+  INFO(stop.output);
+  REQUIRE(stop.exit_code == 2);
+  REQUIRE(stop.output.find("step 2: ") != std::string::npos);
+  REQUIRE((stop.output.find("NaN") != std::string::npos || stop.output.find("inf") != std::string::npos ||
+           stop.output.find("not finite") != std::string::npos));
+  RunResult skip = run_hybrid({"train", "--config", cfg, "--set", "train.out_dir=\"" + d + "/k\"", "--set",
+                               "train.optimizer.lr=1e30", "--set", "train.grad_clip=0", "--set", "train.nonfinite=\"skip\"",
+                               "--set", "train.nonfinite_max_skips=2"});
+  INFO(skip.output);
+  REQUIRE(skip.exit_code == 2);
+  REQUIRE(skip.output.find("step skipped") != std::string::npos);
+  REQUIRE(skip.output.find("(2 consecutive skipped steps)") != std::string::npos);
 }
