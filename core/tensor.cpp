@@ -30,8 +30,8 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) HYB_CHECK(d >= 0, "Tensor::empty: negative size in shape ", shape_str(shape));
+Tensor Tensor::contiguous_meta(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) HYB_CHECK(d >= 0, "Tensor: negative size in shape ", shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -39,6 +39,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.dtype_ = dtype;
   t.device_ = device;
   t.defined_ = true;
+  return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  Tensor t = contiguous_meta(shape, dtype, device);
   if (t.numel_ > 0) t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
   return t;
 }
@@ -56,13 +61,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device device, std::shared_ptr<void> keep) {
-  Tensor t;
-  t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
-  t.numel_ = shape_numel(shape);
-  t.dtype_ = dtype;
-  t.device_ = device;
-  t.defined_ = true;
+  Tensor t = contiguous_meta(shape, dtype, device);
   t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device, std::move(keep));
   return t;
 }

@@ -99,6 +99,8 @@ class Tensor {
   }
 
  private:
+  static Tensor contiguous_meta(const Shape& shape, DType dtype, Device device);  // no storage yet
+
   std::shared_ptr<Storage> storage_;
   Shape shape_, strides_;
   int64_t offset_ = 0;
