@@ -14,6 +14,7 @@ struct LayerConfigContext {
   int64_t max_seq_len = 0;  // model.max_seq_len, resolved before the layers
   int64_t num_layers = 0;
   int64_t layer_index = 0;        // 0-based index in the resolved list
+  double init_std = 0.02;         // model.init_std: the std of family rules written "N(0, 0.02) of the model"
   const Json* blocks = nullptr;  // model.blocks as written (after phase-1 --set), or nullptr
 };
 

@@ -15,6 +15,7 @@ struct MixerContext {
   int64_t max_seq_len = 0;
   double init_std = 0.02;
   std::string init = "family";  // config.md 3.8: "family" or "gpt2"
+  bool has_mlp = true;           // an mlp follows the mixer in its block (Mamba2's n_res, mamba2.md 2.1)
   // std of projections that write into the residual stream: init_std / sqrt(2 L)
   double residual_std() const;
 };

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "layers/gated_deltanet/gated_deltanet.h"
+#include "layers/gated_deltanet/gated_deltanet_config.h"
+#include "layers/mamba2/mamba2.h"
+#include "layers/mamba2/mamba2_config.h"
 #include "layers/softmax_attention/attention.h"
 #include "layers/softmax_attention/attention_config.h"
 
@@ -10,6 +14,8 @@ namespace hyb {
 namespace {
 const LayerEntry kLayers[] = {
     {"attention", make_attention_mixer, resolve_attention_config, &kAttentionKeys},
+    {"mamba2", make_mamba2_mixer, resolve_mamba2_config, &kMamba2Keys},
+    {"gated_deltanet", make_gated_deltanet_mixer, resolve_gated_deltanet_config, &kGatedDeltaNetKeys},
 };
 }  // namespace
 

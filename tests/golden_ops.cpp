@@ -3,6 +3,8 @@
 
 #include <iterator>
 
+#include "layers/gated_deltanet/gated_delta_rule_op.h"
+#include "layers/mamba2/simple_gla_op.h"
 #include "layers/softmax_attention/attention_op.h"
 
 namespace hyb {
@@ -51,8 +53,26 @@ GoldenOutputs golden_attention(const GoldenCase& c) {
   return {{"o", attention(c.input("q"), c.input("k"), c.input("v"), p)}};
 }
 
+// The SSD core (README "simple_gla"): scalar decay per head, zero initial state.
+GoldenOutputs golden_simple_gla(const GoldenCase& c) {
+  SimpleGlaParams p;
+  p.scale = c.meta_double("scale");
+  SimpleGlaVars r = simple_gla(c.input("q"), c.input("k"), c.input("v"), c.input("g"), Var(), p);
+  return {{"o", r.o}, {"final_state", r.final_state}};
+}
+
+// The gated delta rule (README "gated_delta_rule"): q and k already unit-norm, zero initial state.
+GoldenOutputs golden_gated_delta_rule(const GoldenCase& c) {
+  GatedDeltaParams p;
+  p.scale = c.meta_double("scale");
+  GatedDeltaVars r = gated_delta_rule(c.input("q"), c.input("k"), c.input("v"), c.input("beta"), c.input("g"), Var(), p);
+  return {{"o", r.o}, {"final_state", r.final_state}};
+}
+
 const GoldenOp kGoldenOps[] = {
     {"attention", golden_attention},
+    {"simple_gla", golden_simple_gla},
+    {"gated_delta_rule", golden_gated_delta_rule},
 };
 
 }  // namespace

@@ -12,7 +12,8 @@
 namespace hyb {
 
 Block::Block(const LayerSpec& spec, const LmConfig& cfg, int64_t index) {
-  MixerContext ctx{cfg.d_model, int64_t(cfg.layers.size()), index, cfg.max_seq_len, cfg.init_std, cfg.init};
+  MixerContext ctx{cfg.d_model, int64_t(cfg.layers.size()), index, cfg.max_seq_len, cfg.init_std, cfg.init,
+                   spec.mlp_type != "none"};
   mixer_norm_ = register_module("mixer_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
   mixer_ = register_module("mixer", make_mixer(spec.mixer, ctx));
   if (spec.mlp_type == "swiglu") {

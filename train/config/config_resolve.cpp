@@ -143,6 +143,7 @@ RunConfig resolve_run_config(const Json& written, const std::string& source, con
   LayerConfigContext ctx;
   ctx.d_model = json_int(model_keys["d_model"]);
   ctx.max_seq_len = json_int(model_keys["max_seq_len"]);
+  ctx.init_std = model_keys["init_std"].get<double>();
   ctx.blocks = model.contains("blocks") ? &model["blocks"] : nullptr;
   const Json layers = resolve_layers(list, ctx);
 

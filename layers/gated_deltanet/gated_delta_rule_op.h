@@ -1,0 +1,78 @@
+// The core op of Gated DeltaNet, golden op `gated_delta_rule` (gated_deltanet.md 1, 3.1-3.2, 4):
+// per batch element and value head j, with q_t, k_t of head j / (HV / H) (unit vectors),
+//   S'_t = exp(g_t) S_{t-1},  u_t = beta_t (v_t - S'_t^T k_t),  S_t = S'_t + outer(k_t, u_t),
+//   o_t = scale S_t^T q_t,   S_0 = S0 or 0
+// Layout BTHD: q, k (B, T, H, K), v (B, T, HV, V), beta and g (B, T, HV). beta may be exactly 0
+// (NAtS-L's softmax-routed chunks): nothing divides by it. Two CPU forms with equal results: the
+// recurrent reference and the chunked WY/UT form of the CUDA kernels (chunk_size > 0).
+//   GatedDeltaOutputs r = gated_delta_rule_forward(q, k, v, beta, g, Tensor(), {}, nullptr);
+//   GatedDeltaVars y = gated_delta_rule(q, k, v, beta, g, Var(), {});   // records the node
+#pragma once
+#include <optional>
+
+#include "autograd/tape.h"
+
+namespace hyb {
+
+struct GatedDeltaParams {
+  std::optional<double> scale;  // unset -> 1/sqrt(K)
+  int64_t chunk_size = 0;       // 0: the recurrent form; C > 0: the chunked form with chunks of C tokens
+};
+
+struct GatedDeltaDims {
+  int64_t B, T, H, HV, K, V;
+  int64_t v_per_qk;  // HV / H: value head j reads q and k of head j / v_per_qk
+};
+GatedDeltaDims gated_delta_rule_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& beta, const Tensor& g, const Tensor& S0);
+
+struct GatedDeltaOutputs {
+  Tensor o;            // (B, T, HV, V), dtype of q
+  Tensor final_state;  // (B, HV, K, V), the state dtype (g's)
+};
+
+struct GatedDeltaSaved {  // exactly what gated_delta_rule_backward reads
+  Tensor q, k;            // (B, T, H, K)
+  Tensor v;               // (B, T, HV, V)
+  Tensor beta, g;         // (B, T, HV)
+  Tensor S0;              // (B, HV, K, V) or undefined (zeros)
+  GatedDeltaParams params;
+  // Not saved: the states, T x K x V per head. The recurrent backward recomputes them from
+  // checkpoints every kGatedDeltaCheckpoint tokens (I - beta k k^T is singular at beta = 1, so the
+  // recurrence cannot be run backwards); the chunked one recomputes the chunk-start states.
+};
+
+struct GatedDeltaGrads {
+  Tensor dq, dk;      // (B, T, H, K), summed over the value heads that read each q/k head
+  Tensor dv;          // (B, T, HV, V)
+  Tensor dbeta, dg;   // (B, T, HV)
+  Tensor dS0;         // (B, HV, K, V)
+};
+
+// needed: bit 0 q, 1 k, 2 v, 3 beta, 4 g, 5 S0. dfinal may be undefined (the state is unused).
+GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                           const Tensor& g, const Tensor& S0, const GatedDeltaParams& p,
+                                           GatedDeltaSaved* saved);
+GatedDeltaGrads gated_delta_rule_backward(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                          GradMask needed);
+
+struct GatedDeltaVars {
+  Var o, final_state;
+};
+GatedDeltaVars gated_delta_rule(const Var& q, const Var& k, const Var& v, const Var& beta, const Var& g, const Var& S0,
+                                const GatedDeltaParams& p);
+
+// The CPU forms: recurrent (gated_delta_rule_cpu.cpp) and chunked (gated_delta_rule_chunked_cpu.cpp).
+// No CUDA kernel yet: the dispatch refuses cuda tensors.
+constexpr int64_t kGatedDeltaCheckpoint = 64;
+GatedDeltaOutputs gated_delta_rule_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                               const Tensor& g, const Tensor& S0, double scale);
+GatedDeltaGrads gated_delta_rule_backward_cpu(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                              GradMask needed);
+GatedDeltaOutputs gated_delta_rule_chunked_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                       const Tensor& beta, const Tensor& g, const Tensor& S0,
+                                                       double scale, int64_t chunk);
+GatedDeltaGrads gated_delta_rule_chunked_backward_cpu(const GatedDeltaSaved& s, const Tensor& dout,
+                                                      const Tensor& dfinal, GradMask needed);
+
+}  // namespace hyb

@@ -1,0 +1,73 @@
+// The SSD core of Mamba2, golden op `simple_gla` (mamba2.md 1, 3.1-3.2, 4): a linear recurrence
+// with one scalar log decay per head and token, per batch element and head h,
+//   S_t = exp(g_t) S_{t-1} + outer(k_t, v_t)   (K x V),   o_t = scale S_t^T q_t,   S_0 = S0 or 0
+// Layout BTHD: q, k (B, T, Gq, K), v (B, T, H, V), g (B, T, H) <= 0; head h reads q and k of group
+// h / (H / Gq) (Mamba2's shared B and C). Two CPU forms with equal results: the recurrent reference
+// and the chunked form the CUDA kernels implement (SimpleGlaParams::chunk_size > 0).
+//   SimpleGlaOutputs r = simple_gla_forward(q, k, v, g, Tensor(), {1.0, 0}, nullptr);   // r.o, r.final_state
+//   SimpleGlaVars y = simple_gla(C, B, dt_x, A_dt, Var(), {1.0, 0});                    // records the node
+#pragma once
+#include <optional>
+
+#include "autograd/tape.h"
+
+namespace hyb {
+
+struct SimpleGlaParams {
+  std::optional<double> scale;  // unset -> 1/sqrt(K); Mamba2 uses 1
+  int64_t chunk_size = 0;       // 0: the recurrent form; C > 0: the chunked form with chunks of C tokens
+};
+
+struct SimpleGlaDims {
+  int64_t B, T, Gq, H, K, V;
+  int64_t heads_per_group;  // H / Gq
+};
+SimpleGlaDims simple_gla_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& S0);
+
+struct SimpleGlaOutputs {
+  Tensor o;            // (B, T, H, V), dtype of q
+  Tensor final_state;  // (B, H, K, V), the state dtype (g's)
+};
+
+struct SimpleGlaSaved {  // exactly what simple_gla_backward reads
+  Tensor q, k;           // (B, T, Gq, K)
+  Tensor v;              // (B, T, H, V)
+  Tensor g;              // (B, T, H)
+  Tensor S0;             // (B, H, K, V) or undefined (zeros)
+  SimpleGlaParams params;
+  // Not saved: the states S_t, T x K x V per head. The recurrent backward recomputes them from
+  // checkpoints every kSimpleGlaCheckpoint tokens, the chunked one from the chunk-start states.
+};
+
+struct SimpleGlaGrads {
+  Tensor dq, dk;  // (B, T, Gq, K), summed over the heads of each group
+  Tensor dv;      // (B, T, H, V)
+  Tensor dg;      // (B, T, H)
+  Tensor dS0;     // (B, H, K, V)
+};
+
+// needed: bit 0 q, 1 k, 2 v, 3 g, 4 S0. dfinal (B, H, K, V) may be undefined (the state is unused).
+SimpleGlaOutputs simple_gla_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                    const Tensor& S0, const SimpleGlaParams& p, SimpleGlaSaved* saved);
+SimpleGlaGrads simple_gla_backward(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal, GradMask needed);
+
+struct SimpleGlaVars {
+  Var o, final_state;
+};
+SimpleGlaVars simple_gla(const Var& q, const Var& k, const Var& v, const Var& g, const Var& S0,
+                         const SimpleGlaParams& p);
+
+// The CPU forms: recurrent (simple_gla_cpu.cpp) and chunked (simple_gla_chunked_cpu.cpp). No CUDA
+// kernel yet: the dispatch refuses cuda tensors.
+constexpr int64_t kSimpleGlaCheckpoint = 64;
+SimpleGlaOutputs simple_gla_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                        const Tensor& S0, double scale);
+SimpleGlaGrads simple_gla_backward_cpu(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                       GradMask needed);
+SimpleGlaOutputs simple_gla_chunked_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                                const Tensor& S0, double scale, int64_t chunk);
+SimpleGlaGrads simple_gla_chunked_backward_cpu(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                               GradMask needed);
+
+}  // namespace hyb
