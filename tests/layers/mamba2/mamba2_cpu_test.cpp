@@ -156,7 +156,8 @@ TEST_CASE("under init gpt2 the Mamba2 projections are N(0, init_std) and N(0, in
     const std::vector<double> v = p.var.data().to_double_vector();
     for (double x : v) ss += x * x;
     const double want = p.name == "in_proj.weight" ? 0.02 : 0.02 / std::sqrt(2.0 * L);
-    REQUIRE(std::sqrt(ss / double(v.size())) == Approx(want).epsilon(0.05));
+    // The sample rms of n normals has relative spread 1/sqrt(2n).
+    REQUIRE(std::sqrt(ss / double(v.size())) == Approx(want).epsilon(5.0 / std::sqrt(2.0 * double(v.size()))));
   }
 }
 
