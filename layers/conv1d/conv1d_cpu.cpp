@@ -2,6 +2,7 @@
 // Time is padded on the left by the W-1 rows of x0 (or zeros): xp[s] = x0[s] for s < W-1 and
 // x[s - (W-1)] after. The backward is parallel over channels, so each task owns its columns of dw
 // and dbias and every sum runs over (b, t) in a fixed order, whatever the thread count.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace hyb {
 namespace {
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+constexpr int64_t kChannelBlock = 16;  // channels per backward task
 
 // Channel c of the padded sequence of batch b, in the input's element type.
 template <typename T>
@@ -80,32 +83,44 @@ Conv1dGrads causal_conv1d_silu_backward_cpu(const Conv1dSaved& s, const Tensor& 
     const E* wp = w.data<E>();
     const E* bp = bias.defined() ? bias.data<E>() : nullptr;
     const E* gp = dy.data<E>();
-    parallel_for(C, 4, [&](int64_t lo, int64_t hi) {
-      std::vector<double> dpre(static_cast<size_t>(T)), dw(static_cast<size_t>(W));
-      for (int64_t c = lo; c < hi; ++c) {
+    // Blocks of kChannelBlock channels: the inner loops run along contiguous channels.
+    const int64_t blocks = (C + kChannelBlock - 1) / kChannelBlock;
+    parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<double> dpre(static_cast<size_t>(T * kChannelBlock)), dw(static_cast<size_t>(kChannelBlock * W));
+      std::vector<double> db(static_cast<size_t>(kChannelBlock));
+      for (int64_t blk = lo; blk < hi; ++blk) {
+        const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, C - c0);
         std::fill(dw.begin(), dw.end(), 0.0);
-        double db = 0;
+        std::fill(db.begin(), db.end(), 0.0);
         for (int64_t b = 0; b < B; ++b) {
           // dpre_t = dy_t silu'(pre_t), silu'(z) = sigma(z) (1 + z (1 - sigma(z))).
-          for (int64_t t = 0; t < T; ++t) {
-            const double pre = pre_activation(xp, wp, bp, b, t, c), sg = sigmoid(pre);
-            dpre[size_t(t)] = double(gp[(b * T + t) * C + c]) * sg * (1.0 + pre * (1.0 - sg));
-            db += dpre[size_t(t)];
-            for (int64_t j = 0; j < W; ++j) dw[size_t(j)] += dpre[size_t(t)] * xp.at(b, t + j, c);
-          }
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t i = 0; i < nc; ++i) {
+              const int64_t c = c0 + i;
+              const double pre = pre_activation(xp, wp, bp, b, t, c), sg = sigmoid(pre);
+              const double d = double(gp[(b * T + t) * C + c]) * sg * (1.0 + pre * (1.0 - sg));
+              dpre[size_t(t * kChannelBlock + i)] = d;
+              db[size_t(i)] += d;
+              for (int64_t j = 0; j < W; ++j) dw[size_t(i * W + j)] += d * xp.at(b, t + j, c);
+            }
           // dxp[s] = sum_j w[j] dpre[s - j]; s >= W-1 is x's row s - (W-1), s < W-1 is x0's row s.
           for (int64_t s = 0; s < T + W - 1; ++s) {
             if (s < W - 1 ? !need_dx0 : !need_dx) continue;
-            double acc = 0;
-            for (int64_t j = 0; j < W; ++j)
-              if (s - j >= 0 && s - j < T) acc += double(wp[c * W + j]) * dpre[size_t(s - j)];
-            if (s >= W - 1) g.dx.template data<E>()[(b * T + s - (W - 1)) * C + c] = E(acc);
-            else g.dx0.template data<E>()[(b * (W - 1) + s) * C + c] = E(acc);
+            E* out = s >= W - 1 ? g.dx.template data<E>() + (b * T + s - (W - 1)) * C
+                                : g.dx0.template data<E>() + (b * (W - 1) + s) * C;
+            for (int64_t i = 0; i < nc; ++i) {
+              double acc = 0;
+              for (int64_t j = 0; j < W; ++j)
+                if (s - j >= 0 && s - j < T) acc += double(wp[(c0 + i) * W + j]) * dpre[size_t((s - j) * kChannelBlock + i)];
+              out[c0 + i] = E(acc);
+            }
           }
         }
-        if (need_dw)
-          for (int64_t j = 0; j < W; ++j) g.dw.template data<E>()[c * W + j] = E(dw[size_t(j)]);
-        if (need_db) g.dbias.template data<E>()[c] = E(db);
+        for (int64_t i = 0; i < nc; ++i) {
+          if (need_dw)
+            for (int64_t j = 0; j < W; ++j) g.dw.template data<E>()[(c0 + i) * W + j] = E(dw[size_t(i * W + j)]);
+          if (need_db) g.dbias.template data<E>()[c0 + i] = E(db[size_t(i)]);
+        }
       }
     });
   });

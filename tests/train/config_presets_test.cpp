@@ -1,0 +1,72 @@
+// The shipped Mamba2 and Gated DeltaNet configs: each resolves, and builds the model its spec
+// describes (parameter counts from mamba2.md 2.1, gated_deltanet.md 2.1 and config.md 10.3).
+#include <catch2/catch.hpp>
+
+#include "config_test_util.h"
+#include "core/safetensors.h"
+#include "layers/model/causal_lm.h"
+#include "train/model_from_config.h"
+
+using namespace hyb;
+using namespace hyb::config_test;
+
+namespace {
+
+struct Counts {
+  int64_t non_embedding = 0;
+  std::vector<std::string> types;  // mixer type per layer
+};
+
+// The config file as a GPU run would resolve it (bf16 needs a visible GPU; shards are not read),
+// and its model built without values.
+Counts build(const std::string& file) {
+  ResolveOptions o;
+  o.check_files = false;
+  o.cuda_devices = 1;
+  const RunConfig rc = resolve(read_file(str_cat(HYBRID_SOURCE_DIR, "/", file)), {}, file, o);
+  const LmConfig cfg = lm_config_from_run(rc);
+  ParameterScope scope(Device::cpu());
+  CausalLM lm(cfg);
+  Counts c;
+  for (const auto& p : lm.named_parameters())
+    if (p.name != "model.embeddings.weight" && p.name != "lm_head.weight") c.non_embedding += p.var.numel();
+  for (const LayerSpec& l : cfg.layers) c.types.push_back(l.mixer.at("type").get<std::string>());
+  return c;
+}
+
+// Per block of d = 1024 with a SwiGLU of 2816 and two RMSNorms.
+constexpr int64_t kD = 1024, kMlp = 3 * kD * 2816, kNorms = 2 * kD;
+// mamba2.md 2.1 with expand 2, headdim 64, d_state 128, G 1, W 4.
+constexpr int64_t kDssm = 2048, kH = 32, kN = 128, kCc = kDssm + 2 * kN;
+constexpr int64_t kMamba2 = kD * (2 * kDssm + 2 * kN + kH) + kCc * 5 + 3 * kH + kDssm + kDssm * kD;
+// gated_deltanet.md 2.1 with H = HV = 6, K 128, V 256, W 4.
+constexpr int64_t kKey = 6 * 128, kValue = 6 * 256;
+constexpr int64_t kGdn = kD * (2 * kKey + 2 * kValue + 2 * 6) + kValue * kD + 4 * (2 * kKey + kValue) + 2 * 6 + 256;
+constexpr int64_t kAttention = 4 * kD * kD;
+
+}  // namespace
+
+TEST_CASE("gdn_h_340m is config.md 10.3's model: 352,893,436 non-embedding parameters, attention at 6, 14, 22",
+          "[config][presets]") {
+  const Counts c = build("configs/gdn_h_340m.json");
+  REQUIRE(c.non_embedding == 352893436);
+  for (size_t i = 0; i < c.types.size(); ++i) REQUIRE(c.types[i] == (i % 8 == 6 ? "attention" : "gated_deltanet"));
+  REQUIRE(c.non_embedding == 21 * (kGdn + kMlp + kNorms) + 3 * (kAttention + kMlp + kNorms) + kD);
+}
+
+TEST_CASE("gdn_340m, mamba2_340m and mamba2_h_340m have the parameter counts of their layer specs", "[config][presets]") {
+  REQUIRE(build("configs/gdn_340m.json").non_embedding == 24 * (kGdn + kMlp + kNorms) + kD);
+  REQUIRE(build("configs/mamba2_340m.json").non_embedding == 24 * (kMamba2 + kMlp + kNorms) + kD);
+  const Counts h = build("configs/mamba2_h_340m.json");
+  REQUIRE(h.non_embedding == 21 * (kMamba2 + kMlp + kNorms) + 3 * (kAttention + kMlp + kNorms) + kD);
+  for (size_t i = 0; i < h.types.size(); ++i) REQUIRE(h.types[i] == (i % 8 == 6 ? "attention" : "mamba2"));
+}
+
+TEST_CASE("the Mamba2 and GDN quickstart configs resolve to 4 layers of their family", "[config][presets]") {
+  for (const char* file : {"configs/mamba2_quickstart.json", "configs/gdn_quickstart.json"}) {
+    INFO(file);
+    const Counts c = build(file);
+    REQUIRE(c.types.size() == 4);
+    REQUIRE(c.types[0] == (std::string(file).find("mamba2") != std::string::npos ? "mamba2" : "gated_deltanet"));
+  }
+}
