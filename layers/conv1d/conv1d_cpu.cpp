@@ -86,7 +86,7 @@ Conv1dGrads causal_conv1d_silu_backward_cpu(const Conv1dSaved& s, const Tensor& 
     // Blocks of kChannelBlock channels: the inner loops run along contiguous channels.
     const int64_t blocks = (C + kChannelBlock - 1) / kChannelBlock;
     parallel_for(blocks, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<double> dpre(static_cast<size_t>(T * kChannelBlock)), dw(static_cast<size_t>(kChannelBlock * W));
+      std::vector<double> dpre(size_t(T * kChannelBlock)), dw(size_t(kChannelBlock * W));
       std::vector<double> db(static_cast<size_t>(kChannelBlock));
       for (int64_t blk = lo; blk < hi; ++blk) {
         const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, C - c0);

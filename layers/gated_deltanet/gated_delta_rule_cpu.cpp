@@ -99,8 +99,9 @@ GatedDeltaGrads gated_delta_rule_backward_cpu(const GatedDeltaSaved& s, const Te
     const E* s0p = S0.defined() ? S0.data<E>() : nullptr;
     const E* dfp = dfinal.defined() ? dfinal.data<E>() : nullptr;
     parallel_for(d.B * d.H, 1, [&](int64_t lo, int64_t hi) {
-      std::vector<double> ckpt(size_t(segments * KV)), seg(size_t((L + 1) * KV)), S(static_cast<size_t>(KV)), dS(static_cast<size_t>(KV));
-      std::vector<double> Sp(static_cast<size_t>(KV)), p(static_cast<size_t>(V)), u(static_cast<size_t>(V)), du(static_cast<size_t>(V)), dv(static_cast<size_t>(V));
+      const size_t kv = size_t(KV), v_len = size_t(V);
+      std::vector<double> ckpt(size_t(segments * KV)), seg(size_t((L + 1) * KV)), S(kv), dS(kv), Sp(kv);
+      std::vector<double> p(v_len), u(v_len), du(v_len), dv(v_len);
       std::vector<double> dq(size_t(d.T * K)), dk(size_t(d.T * K));
       for (int64_t task = lo; task < hi; ++task) {
         const int64_t b = task / d.H, i = task % d.H;
