@@ -5,14 +5,18 @@
 
 namespace hyb {
 
-PplResult evaluate_ppl(CausalLM& model, const EvalWindows& windows, int64_t batch, Device device, DType compute) {
+PplResult evaluate_ppl(CausalLM& model, const EvalWindows& windows, int64_t batch, Device device, DType compute,
+                       int64_t first, int64_t count) {
   HYB_CHECK(batch >= 1, "evaluate_ppl: batch must be >= 1, got ", batch);
+  const int64_t end = count < 0 ? windows.count() : first + count;
+  HYB_CHECK(first >= 0 && first <= end && end <= windows.count(), "evaluate_ppl: windows [", first, ", ", end,
+            ") outside the ", windows.count(), " validation windows");
   NoGradGuard no_grad;
   PplResult r;
   const int64_t vocab = model.config().real_vocab;
-  for (int64_t first = 0; first < windows.count(); first += batch) {
-    const int64_t n = std::min(batch, windows.count() - first);
-    Batch b = windows.batch(first, n);
+  for (int64_t w = first; w < end; w += batch) {
+    const int64_t n = std::min(batch, end - w);
+    Batch b = windows.batch(w, n);
     Var logits = model.logits(b.inputs.to(device), compute);
     Tensor targets = b.targets.reshape({-1});
     CrossEntropyResult ce = cross_entropy_forward(logits.data(), targets.to(device), vocab, -1);

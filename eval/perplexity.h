@@ -15,7 +15,9 @@ struct PplResult {
   double token_acc() const { return targets ? double(correct) / double(targets) : 0.0; }
 };
 
-// Windows are run `batch` at a time on `device` with activations in `compute`.
-PplResult evaluate_ppl(CausalLM& model, const EvalWindows& windows, int64_t batch, Device device, DType compute);
+// Windows first .. first + count - 1 (count -1: to the end) are run `batch` at a time on `device`
+// with activations in `compute`.
+PplResult evaluate_ppl(CausalLM& model, const EvalWindows& windows, int64_t batch, Device device, DType compute,
+                       int64_t first = 0, int64_t count = -1);
 
 }  // namespace hyb

@@ -27,30 +27,32 @@ void AdamW::step(double factor) {
   adamw_update(targets, s);
 }
 
-std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
-  std::vector<std::pair<std::string, Tensor>> out;
+AdamWState AdamW::state() const {
+  AdamWState s;
   for (size_t i = 0; i < params_.size(); ++i) {
-    out.emplace_back(params_[i].name + ".exp_avg", m_[i]);
-    out.emplace_back(params_[i].name + ".exp_avg_sq", v_[i]);
+    s.tensors.emplace_back(params_[i].name + ".exp_avg", m_[i]);
+    s.tensors.emplace_back(params_[i].name + ".exp_avg_sq", v_[i]);
   }
-  return out;
+  s.t = t_;
+  return s;
 }
 
-void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t t, const std::string& source) {
-  auto find = [&](const std::string& name) -> const Tensor& {
-    for (const auto& [n, tensor] : tensors)
-      if (n == name) return tensor;
-    throw Error(str_cat(source, ": optimizer state ", name, " is missing"));
-  };
+const Tensor& find_state_tensor(const AdamWState& state, const std::string& name, const std::string& source) {
+  for (const auto& [n, tensor] : state.tensors)
+    if (n == name) return tensor;
+  throw Error(str_cat(source, ": optimizer state ", name, " is missing"));
+}
+
+void AdamW::load_state(const AdamWState& state, const std::string& source) {
   for (size_t i = 0; i < params_.size(); ++i) {
     for (auto [suffix, dst] : {std::pair{".exp_avg", m_[i]}, std::pair{".exp_avg_sq", v_[i]}}) {
-      const Tensor& src = find(params_[i].name + suffix);
+      const Tensor& src = find_state_tensor(state, params_[i].name + suffix, source);
       HYB_CHECK(src.shape() == dst.shape(), source, ": ", params_[i].name, suffix, " is ", shape_str(src.shape()),
                 ", model expects ", shape_str(dst.shape()));
       dst.copy_(src);
     }
   }
-  t_ = t;
+  t_ = state.t;
 }
 
 void adamw_update(const std::vector<AdamWTarget>& targets, const AdamWStep& s) {

@@ -16,6 +16,12 @@ struct AdamWHyper {
   double eps = 1e-8;
 };
 
+// What a checkpoint holds: "<name>.exp_avg", "<name>.exp_avg_sq" of every parameter, and the count t.
+struct AdamWState {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  int64_t t = 0;
+};
+
 struct OptimParam {
   std::string name;
   Var var;
@@ -31,9 +37,8 @@ class AdamW {
   int64_t steps() const { return t_; }
   const std::vector<OptimParam>& params() const { return params_; }
 
-  // State for checkpoints: "<name>.exp_avg", "<name>.exp_avg_sq" and the count t.
-  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
-  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t t, const std::string& source);
+  AdamWState state() const;
+  void load_state(const AdamWState& state, const std::string& source);
   void set_steps(int64_t t) { t_ = t; }
 
  private:
@@ -57,6 +62,9 @@ struct AdamWTarget {
 
 // Updates all targets: the CPU loops, CUDA does it in one launch.
 void adamw_update(const std::vector<AdamWTarget>& targets, const AdamWStep& s);
+// The state tensor named `name` (an error naming `source` when it is missing).
+const Tensor& find_state_tensor(const AdamWState& state, const std::string& name, const std::string& source);
+
 void adamw_update_cpu(const AdamWTarget& t, const AdamWStep& s);
 #if HYBRID_CUDA
 void adamw_update_multi_cuda(const std::vector<AdamWTarget>& targets, const AdamWStep& s);

@@ -45,7 +45,7 @@ std::optional<std::string> latest_checkpoint(const std::string& root) {
 }
 
 std::string save_checkpoint(const std::string& root, const CheckpointContents& c, const Module& model,
-                            const AdamW* optimizer, int keep_last) {
+                            const AdamWState* optimizer, int keep_last) {
   HYB_CHECK(keep_last >= 1, "save_checkpoint: keep_last must be >= 1, got ", keep_last);
   fs::create_directories(root);
   // Leftovers of an interrupted save are never complete: remove them.
@@ -61,8 +61,8 @@ std::string save_checkpoint(const std::string& root, const CheckpointContents& c
   save_safetensors((tmp / "model.safetensors").string(), weights,
                    {{"format", "hybrid"}, {"config_sha256", c.config_sha256}, {"step", std::to_string(c.step)}});
   if (optimizer) {
-    save_safetensors((tmp / "optimizer.safetensors").string(), optimizer->state_tensors(),
-                     {{"format", "hybrid"}, {"config_sha256", c.config_sha256}, {"adam_t", std::to_string(optimizer->steps())}});
+    save_safetensors((tmp / "optimizer.safetensors").string(), optimizer->tensors,
+                     {{"format", "hybrid"}, {"config_sha256", c.config_sha256}, {"adam_t", std::to_string(optimizer->t)}});
   }
   fault_point("checkpoint.partial");
   json state = c.trainer_state;
@@ -116,10 +116,10 @@ void load_model_weights(const Module& model, const std::string& path) {
   }
 }
 
-void load_optimizer_state(AdamW& optimizer, const std::string& path) {
+AdamWState read_optimizer_state(const std::string& path) {
   SafetensorsFile f = load_safetensors(path);
   HYB_CHECK(f.metadata.count("adam_t"), path, ": metadata adam_t is missing");
-  optimizer.load_state(f.tensors, std::stoll(f.metadata.at("adam_t")), path);
+  return {std::move(f.tensors), std::stoll(f.metadata.at("adam_t"))};
 }
 
 }  // namespace hyb

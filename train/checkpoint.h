@@ -27,7 +27,7 @@ std::string checkpoint_name(int64_t step);  // "step_0000500"
 
 // Writes ckpt_root/step_XXXXXXX and prunes to keep_last. Returns the directory written.
 std::string save_checkpoint(const std::string& ckpt_root, const CheckpointContents& c, const Module& model,
-                            const AdamW* optimizer, int keep_last);
+                            const AdamWState* optimizer, int keep_last);
 
 struct LoadedCheckpoint {
   std::string dir;
@@ -46,6 +46,6 @@ std::optional<std::string> latest_checkpoint(const std::string& ckpt_root);
 // Copies weights by name and shape into the model's parameters; a missing, extra or misshapen
 // tensor is an error naming the file and the tensor.
 void load_model_weights(const Module& model, const std::string& path);
-void load_optimizer_state(AdamW& optimizer, const std::string& path);
+AdamWState read_optimizer_state(const std::string& path);
 
 }  // namespace hyb

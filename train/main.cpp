@@ -12,6 +12,7 @@ int cmd_bench(Args& args);
 int cmd_config(Args& args);
 int cmd_eval(Args& args);
 int cmd_generate(Args& args);
+int cmd_launch(Args& args);
 int cmd_plot(Args& args);
 int cmd_tokenize(Args& args);
 int cmd_train(Args& args);
@@ -22,6 +23,7 @@ const CliCommand kCommands[] = {
     {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers | --params]; config keys", cmd_config},
     {"eval", "loss, perplexity and bits per byte of a checkpoint: eval --checkpoint DIR [--data SHARD...] [--set ...]", cmd_eval},
     {"generate", "sample text from a checkpoint with its decode caches: generate --checkpoint DIR --prompt TEXT", cmd_generate},
+    {"launch", "run a command on N ranks (data parallel): launch --nproc-per-node N [--nnodes K --node-rank R --master-addr A --master-port P] -- train ...", cmd_launch},
     {"plot", "draw train/val loss curves of a metrics.jsonl as SVG", cmd_plot},
     {"tokenize", "text to llm.c token shards and a manifest (--preset tinyshakespeare|brown or --input FILE...)", cmd_tokenize},
     {"train", "train a model: train --config FILE [--set PATH=VALUE ...] [--resume DIR]", cmd_train},

@@ -43,10 +43,22 @@ Trainer::Trainer(CausalLM& model, BatchSource& data, ValidateFn validate, Traine
       validate_(std::move(validate)),
       opt_(std::move(options)),
       params_(optimizer_params(model, rule)),
-      adamw_(params_, opt_.adam),
       schedule_(opt_.schedule) {
-  fs::create_directories(opt_.out_dir);
+  if (world() > 1) {
+    sync_ = std::make_unique<GradSync>(params_, *opt_.comm, opt_.bucket_mb, opt_.zero1);
+    // Every rank starts from rank 0's weights, whatever its initialisation did.
+    opt_.comm->after_compute();
+    for (const OptimParam& p : params_) {
+      Tensor w = p.var.data();
+      opt_.comm->broadcast(w, 0);
+    }
+    opt_.comm->before_compute();
+  }
+  if (sync_ && opt_.zero1) zero_ = std::make_unique<ZeroAdamW>(params_, *sync_, opt_.adam);
+  else adamw_ = std::make_unique<AdamW>(params_, opt_.adam);
   metrics_path_ = (fs::path(opt_.out_dir) / "metrics.jsonl").string();
+  if (!main_rank()) return;
+  fs::create_directories(opt_.out_dir);
   write_file_atomic((fs::path(opt_.out_dir) / "config.json").string(), opt_.config_text);
 }
 
@@ -55,7 +67,10 @@ void Trainer::resume_from(const std::string& dir) {
   HYB_CHECK(ck.config_sha256 == opt_.config_sha256, dir, ": config_sha256 ", ck.config_sha256,
             " differs from the run's ", opt_.config_sha256);
   load_model_weights(model_, dir + "/model.safetensors");
-  load_optimizer_state(adamw_, dir + "/optimizer.safetensors");
+  const std::string opt_path = dir + "/optimizer.safetensors";
+  const AdamWState state = read_optimizer_state(opt_path);
+  if (zero_) zero_->load_state(state, opt_path);
+  else adamw_->load_state(state, opt_path);
   data_.restore(ck.trainer_state.at("data_cursor"));
   step_ = ck.step;
   consecutive_skips_ = ck.trainer_state.value("consecutive_skips", int64_t(0));
@@ -64,7 +79,29 @@ void Trainer::resume_from(const std::string& dir) {
     schedule_.set_plateau_state({pl.at("m").get<double>(), pl.at("best").get<double>(), pl.at("bad").get<int64_t>(),
                                  pl.at("cool").get<int64_t>()});
   }
-  spdlog::info("resumed from {} at step {}", dir, step_);
+  if (main_rank()) spdlog::info("resumed from {} at step {}", dir, step_);
+}
+
+std::string Trainer::first_nonfinite_gradient() const {
+  if (zero_) {
+    // Each rank sees its slices; the smallest parameter index found anywhere wins.
+    const int64_t n = int64_t(params_.size()), local = zero_->local_first_nonfinite();
+    const double worst = opt_.comm->all_reduce_host(local < 0 ? 0.0 : double(n - local), ReduceOp::max, opt_.device);
+    return worst > 0 ? params_[size_t(n - int64_t(worst))].name : "";
+  }
+  for (const OptimParam& p : params_)
+    if (p.var.grad().defined() && !all_finite(p.var.grad())) return p.name;
+  return "";
+}
+
+double Trainer::clip_gradients() {
+  if (!zero_) return clip_grad_norm(params_, opt_.grad_clip);
+  const double norm = std::sqrt(opt_.comm->all_reduce_host(zero_->local_grad_sum_squares(), ReduceOp::sum, opt_.device));
+  if (opt_.grad_clip > 0 && std::isfinite(norm)) {
+    const double f = opt_.grad_clip / (norm + 1e-6);
+    if (f < 1) zero_->scale_grads(f);
+  }
+  return norm;
 }
 
 bool Trainer::train_step(double* loss_out, double* norm_out) {
@@ -73,23 +110,23 @@ bool Trainer::train_step(double* loss_out, double* norm_out) {
   for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
     Tensor inputs, targets;
     data_.next(&inputs, &targets);
-    // Dropout masks are keyed by the micro-step, so a resumed run draws the same ones.
-    model_.set_rng_step(uint64_t(step_ * opt_.grad_accum + micro));
+    // Dropout masks are keyed by the micro-step and the rank, so a resumed run draws the same ones.
+    model_.set_rng_step(uint64_t((step_ * opt_.grad_accum + micro) * world() + rank()));
     Var loss = model_.loss(inputs.to(opt_.device), targets.to(opt_.device), opt_.compute);
     loss_sum += loss.data().item();
+    // Only the last micro-step's backward reduces: the earlier ones accumulate locally.
+    if (sync_ && micro == opt_.grad_accum - 1) sync_->arm();
     backward(loss, scale.to(loss.dtype()));
   }
+  if (sync_) sync_->finish();
   *loss_out = loss_sum / double(opt_.grad_accum);
+  if (world() > 1) *loss_out = opt_.comm->all_reduce_host(*loss_out, ReduceOp::mean, opt_.device);
 
   std::string bad;
   if (!std::isfinite(*loss_out)) {
     bad = str_cat("loss is ", std::isnan(*loss_out) ? "NaN" : "inf");
-  } else {
-    for (const OptimParam& p : params_)
-      if (p.var.grad().defined() && !all_finite(p.var.grad())) {
-        bad = "gradient of " + p.name + " is not finite";
-        break;
-      }
+  } else if (const std::string name = first_nonfinite_gradient(); !name.empty()) {
+    bad = "gradient of " + name + " is not finite";
   }
   if (!bad.empty()) {
     for (const OptimParam& p : params_) p.var.zero_grad();
@@ -97,16 +134,19 @@ bool Trainer::train_step(double* loss_out, double* norm_out) {
     const std::string msg = str_cat("step ", step_ + 1, ": ", bad);
     if (!opt_.skip_nonfinite || consecutive_skips_ >= opt_.nonfinite_max_skips)
       throw Error(msg + (opt_.skip_nonfinite ? str_cat(" (", consecutive_skips_, " consecutive skipped steps)") : ""));
-    spdlog::warn("{}; step skipped", msg);
-    RecordEnvelope env = opt_.envelope;
-    env.step = step_ + 1;
-    append_record(metrics_path_, Record("nonfinite", env).add("what", bad));
+    if (main_rank()) {
+      spdlog::warn("{}; step skipped", msg);
+      RecordEnvelope env = opt_.envelope;
+      env.step = step_ + 1;
+      append_record(metrics_path_, Record("nonfinite", env).add("what", bad));
+    }
     *norm_out = NAN;
     return false;
   }
   consecutive_skips_ = 0;
-  *norm_out = clip_grad_norm(params_, opt_.grad_clip);
-  adamw_.step(schedule_.factor(step_));
+  *norm_out = clip_gradients();
+  if (zero_) zero_->step(schedule_.factor(step_));
+  else adamw_->step(schedule_.factor(step_));
   for (const OptimParam& p : params_) p.var.zero_grad();
   return true;
 }
@@ -118,22 +158,28 @@ void Trainer::validate_and_log() {
   {
     NoGradGuard no_grad;
     model_.set_training(false);
-    v = validate_(model_);
+    v = validate_(model_, rank(), world());
     model_.set_training(true);
   }
-  last_val_loss_ = v.loss;
-  schedule_.on_validation(v.loss);
+  if (world() > 1) {
+    const std::vector<double> sums = opt_.comm->all_reduce_host(
+        {v.nll_sum, double(v.targets), double(v.correct), double(v.windows)}, ReduceOp::sum, opt_.device);
+    v = {sums[0], int64_t(sums[3]), int64_t(sums[1]), int64_t(sums[2])};
+  }
+  last_val_loss_ = v.loss();
+  schedule_.on_validation(v.loss());
+  if (!main_rank()) return;
   RecordEnvelope env = opt_.envelope;
   env.step = step_;
   append_record(metrics_path_, Record("ppl", env)
                                    .add("split", "val")
                                    .add("windows", v.windows)
                                    .add("targets", v.targets)
-                                   .add("loss", v.loss)
-                                   .add("ppl", std::exp(v.loss))
-                                   .add("token_acc", v.token_acc));
+                                   .add("loss", v.loss())
+                                   .add("ppl", std::exp(v.loss()))
+                                   .add("token_acc", v.targets ? double(v.correct) / double(v.targets) : 0.0));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("step {} | val_loss {:.4f} | val_ppl {:.2f} | {} windows in {}", step_, v.loss, std::exp(v.loss),
+  spdlog::info("step {} | val_loss {:.4f} | val_ppl {:.2f} | {} windows in {}", step_, v.loss(), std::exp(v.loss()),
                v.windows, format_duration(secs));
 }
 
@@ -141,15 +187,19 @@ void Trainer::checkpoint() {
   const auto pl = schedule_.plateau_state();
   nlohmann::json state = {{"data_cursor", data_.cursor()},
                           {"consecutive_skips", consecutive_skips_},
-                          {"plateau", {{"m", pl.m}, {"best", pl.best}, {"bad", pl.bad}, {"cool", pl.cool}}}};
+                          {"plateau", {{"m", pl.m}, {"best", pl.best}, {"bad", pl.bad}, {"cool", pl.cool}}},
+                          {"world_size", world()}};
+  // Gathering the sharded state is collective: every rank takes part, rank 0 writes.
+  const AdamWState optimizer = zero_ ? zero_->gather_state() : adamw_->state();
+  if (!main_rank()) return;
   const std::string dir = save_checkpoint((fs::path(opt_.out_dir) / "ckpt").string(),
-                                          {opt_.config_text, opt_.config_sha256, step_, state}, model_, &adamw_,
+                                          {opt_.config_text, opt_.config_sha256, step_, state}, model_, &optimizer,
                                           opt_.keep_last);
   spdlog::info("step {} | checkpoint {}", step_, dir);
 }
 
 void Trainer::run() {
-  const int64_t tokens_per_step = opt_.grad_accum * opt_.micro_batch * opt_.seq_len;
+  const int64_t tokens_per_step = opt_.grad_accum * opt_.micro_batch * opt_.seq_len * world();
   auto window_start = std::chrono::steady_clock::now();
   const auto run_start = window_start;
   const int64_t first_step = step_;
@@ -168,7 +218,7 @@ void Trainer::run() {
       ++window_counted;
     }
     last_loss_ = loss;
-    if (step_ % opt_.log_interval == 0 || step_ == opt_.steps) {
+    if (main_rank() && (step_ % opt_.log_interval == 0 || step_ == opt_.steps)) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - window_start).count();
       const double tps = double(window_steps * tokens_per_step) / std::max(dt, 1e-9);

@@ -1,6 +1,9 @@
-// The training loop of one process (data parallel ranks come later through the same loop):
-// gradient accumulation, schedule, clipping, non-finite handling, periodic validation,
-// checkpoints, a progress line and a JSONL metrics record every log_interval steps.
+// The training loop of one rank: gradient accumulation, schedule, clipping, non-finite handling,
+// periodic validation, checkpoints, a progress line and a JSONL metrics record every log_interval
+// steps. With a communicator of several ranks it is data parallel (docs/distributed.md): gradients
+// are reduced in buckets during the last micro-step's backward (GradSync), the optimizer is
+// replicated or, with zero1, sharded (ZeroAdamW); losses and validation are averaged over ranks,
+// and only rank 0 logs and writes.
 //   Trainer t(model, batches, validate, options);
 //   t.resume_from(ckpt_dir);   // optional
 //   t.run();
@@ -13,6 +16,9 @@
 #include "layers/model/causal_lm.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "train/distributed/communicator.h"
+#include "train/distributed/grad_sync.h"
+#include "train/distributed/zero_adamw.h"
 
 namespace hyb {
 
@@ -26,12 +32,14 @@ class BatchSource {
   virtual void restore(const nlohmann::json& cursor) = 0;
 };
 
+// Sums over the windows a rank scored, so ranks add up.
 struct ValidationResult {
-  double loss = 0;
-  int64_t windows = 0, targets = 0;
-  double token_acc = 0;
+  double nll_sum = 0;
+  int64_t windows = 0, targets = 0, correct = 0;
+  double loss() const { return targets ? nll_sum / double(targets) : 0.0; }
 };
-using ValidateFn = std::function<ValidationResult(CausalLM& model)>;
+// Scores this rank's share of the validation windows (rank of world).
+using ValidateFn = std::function<ValidationResult(CausalLM& model, int rank, int world)>;
 
 struct TrainerOptions {
   int64_t steps = 1;
@@ -52,6 +60,9 @@ struct TrainerOptions {
   DType compute = DType::f32;
   std::string config_text, config_sha256;
   RecordEnvelope envelope;  // run, config_sha256, seed (step is filled per record)
+  Communicator* comm = nullptr;  // null or one rank: no data parallelism
+  double bucket_mb = 25;
+  bool zero1 = false;
 };
 
 // Per-parameter optimizer settings come from the config (decay set, param_groups).
@@ -71,13 +82,21 @@ class Trainer {
   bool train_step(double* loss, double* grad_norm);
   void validate_and_log();
   void checkpoint();
+  // The first parameter with a non-finite gradient, the same on every rank ("" when none).
+  std::string first_nonfinite_gradient() const;
+  double clip_gradients();
+  int rank() const { return opt_.comm ? opt_.comm->rank() : 0; }
+  int world() const { return opt_.comm ? opt_.comm->size() : 1; }
+  bool main_rank() const { return rank() == 0; }
 
   CausalLM& model_;
   BatchSource& data_;
   ValidateFn validate_;
   TrainerOptions opt_;
   std::vector<OptimParam> params_;
-  AdamW adamw_;
+  std::unique_ptr<GradSync> sync_;  // with several ranks
+  std::unique_ptr<AdamW> adamw_;    // replicated optimizer (one rank, or data parallel without zero1)
+  std::unique_ptr<ZeroAdamW> zero_;
   LrSchedule schedule_;
   int64_t step_ = 0;
   int64_t consecutive_skips_ = 0;

@@ -10,7 +10,7 @@
 namespace hyb {
 namespace {
 
-constexpr int kStreamRoles = 1;  // entries of StreamRole
+constexpr int kStreamRoles = 2;  // entries of StreamRole
 
 struct StreamTable {
   std::mutex mutex;

@@ -10,7 +10,7 @@
 
 namespace hyb {
 
-enum class StreamRole { compute };
+enum class StreamRole { compute, comm };  // comm: NCCL collectives of data parallelism
 
 // Non-blocking with respect to the legacy default stream, so stray default-stream work never serialises us.
 cudaStream_t cuda_stream(int device, StreamRole role);

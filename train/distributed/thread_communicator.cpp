@@ -1,0 +1,82 @@
+#include "train/distributed/thread_communicator.h"
+
+#include <algorithm>
+
+#include "core/dispatch.h"
+
+namespace hyb {
+
+ThreadGroup::ThreadGroup(int size) : size_(size), barrier_(size), slots_(size_t(size), nullptr) {
+  HYB_CHECK(size >= 1, "ThreadGroup: size must be >= 1, got ", size);
+}
+
+ThreadCommunicator::ThreadCommunicator(ThreadGroup& group, int rank) : group_(group), rank_(rank) {
+  HYB_CHECK(rank >= 0 && rank < group.size(), "ThreadCommunicator: rank ", rank, " outside [0, ", group.size(), ")");
+}
+
+std::vector<const Tensor*> ThreadCommunicator::exchange(const Tensor& in, const char* op) {
+  HYB_CHECK(!in.is_cuda() && in.is_contiguous() && (in.dtype() == DType::f32 || in.dtype() == DType::f64), op,
+            ": the thread communicator takes contiguous f32 or f64 CPU tensors, got ", dtype_name(in.dtype()), " ",
+            in.device().str());
+  group_.slots_[size_t(rank_)] = &in;
+  group_.barrier_.arrive_and_wait();
+  std::vector<const Tensor*> ins = group_.slots_;
+  for (const Tensor* t : ins)
+    HYB_CHECK(t->numel() == in.numel() && t->dtype() == in.dtype(), op, ": rank ", rank_, " has ", in.numel(),
+              " elements of ", dtype_name(in.dtype()), ", another rank ", t->numel(), " of ", dtype_name(t->dtype()));
+  return ins;
+}
+
+void ThreadCommunicator::reduce_range(const std::vector<const Tensor*>& ins, int64_t first, Tensor& out, ReduceOp op) {
+  const int64_t n = out.numel();
+  Tensor acc = Tensor::empty({n}, out.dtype());
+  visit_float("ThreadCommunicator", out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* a = acc.data<T>();
+    for (int64_t i = 0; i < n; ++i) a[i] = ins[0]->data<T>()[first + i];
+    for (size_t r = 1; r < ins.size(); ++r) {
+      const T* x = ins[r]->data<T>() + first;
+      for (int64_t i = 0; i < n; ++i) a[i] = op == ReduceOp::max ? std::max(a[i], x[i]) : a[i] + x[i];
+    }
+    if (op == ReduceOp::mean)
+      for (int64_t i = 0; i < n; ++i) a[i] /= T(ins.size());
+  });
+  // Everyone must have read the inputs before anyone writes an output (in-place collectives).
+  release();
+  out.copy_(acc.view(out.shape()));
+}
+
+void ThreadCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  std::vector<const Tensor*> ins = exchange(t, "all_reduce");
+  reduce_range(ins, 0, t, op);
+  release();
+}
+
+void ThreadCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
+  HYB_CHECK(in.numel() == out.numel() * size(), "reduce_scatter: input has ", in.numel(), " elements, output ",
+            out.numel(), " on ", size(), " ranks");
+  std::vector<const Tensor*> ins = exchange(in, "reduce_scatter");
+  reduce_range(ins, int64_t(rank_) * out.numel(), out, op);
+  release();
+}
+
+void ThreadCommunicator::all_gather(const Tensor& in, Tensor& out) {
+  HYB_CHECK(out.numel() == in.numel() * size(), "all_gather: input has ", in.numel(), " elements, output ",
+            out.numel(), " on ", size(), " ranks");
+  std::vector<const Tensor*> ins = exchange(in, "all_gather");
+  Tensor gathered = Tensor::empty({out.numel()}, out.dtype());
+  for (int r = 0; r < size(); ++r) gathered.narrow(0, r * in.numel(), in.numel()).copy_(ins[size_t(r)]->reshape({-1}));
+  release();
+  out.copy_(gathered.view(out.shape()));
+  release();
+}
+
+void ThreadCommunicator::broadcast(Tensor& t, int root) {
+  std::vector<const Tensor*> ins = exchange(t, "broadcast");
+  Tensor copy = ins[size_t(root)]->clone();
+  release();
+  t.copy_(copy);
+  release();
+}
+
+}  // namespace hyb
