@@ -176,13 +176,16 @@ std::vector<BenchCase> make_cases() {
 }  // namespace
 #endif
 
+int cmd_bench_dp(Args& args);
+
 int cmd_bench(Args& args) {
+  const std::optional<std::string> what = args.subcommand();
+  if (what == "dp") return cmd_bench_dp(args);
+  HYB_CHECK(what == "ops", "bench: expected `hybrid bench ops` or `hybrid bench dp`, got \"", what.value_or(""), "\"");
   const std::string filter = args.value("--filter", "");
   const int reps = int(args.integer("--reps", 20));
   const std::string out = args.value("--out", "");
-  auto what = args.positional();  // after the options, which own their values
   args.finish();
-  HYB_CHECK(what.size() == 1 && what[0] == "ops", "bench: expected `hybrid bench ops`, got ", what.size(), " arguments");
 #if !HYBRID_CUDA
   (void)filter, (void)reps, (void)out;
   throw Error("bench ops: this build has no CUDA backend (configure with -DHYBRID_CUDA=ON)");

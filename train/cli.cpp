@@ -92,6 +92,12 @@ bool Args::flag(const std::string& name) {
   return found;
 }
 
+std::optional<std::string> Args::subcommand() {
+  if (argv_.empty() || used_[0] || argv_[0].rfind("--", 0) == 0) return std::nullopt;
+  used_[0] = true;
+  return argv_[0];
+}
+
 std::vector<std::string> Args::positional() {
   std::vector<std::string> out;
   const size_t n = end();

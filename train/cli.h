@@ -24,6 +24,8 @@ class Args {
   std::vector<std::string> values(const std::string& name);         // every occurrence; "--input a b c" takes all until the next option
   bool flag(const std::string& name);                                // present without a value
   std::vector<std::string> positional();                             // arguments not consumed by options
+  // The first argument when it is not an option ("ops" of `hybrid bench ops --reps 5`), consumed.
+  std::optional<std::string> subcommand();
   // Everything after a literal "--" (hybrid launch ... -- train ...).
   std::vector<std::string> rest_after_separator();
   void finish();  // an unconsumed option is an error naming it

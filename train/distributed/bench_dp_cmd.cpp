@@ -1,0 +1,126 @@
+// `hybrid bench dp --config FILE [--set PATH=VALUE ...] [--steps N] [--warmup W] [--out FILE]`:
+// what data parallelism costs one rank, on random tokens at the config's shapes. Run alone it
+// times plain training steps (forward, backward, clip, AdamW); run under `hybrid launch` it also
+// times the data-parallel step (the same with the bucketed reduction overlapping backward) and the
+// reduction alone, and reports the share of the reduction hidden behind backward:
+//   hidden = 1 - (t_dp - t_local) / t_comm.
+// The per-rank batch is train.batch_size / ranks sequences (grad_accum is ignored), so weak
+// scaling keeps batch_size / ranks fixed (docs/distributed.md).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "autograd/tape.h"
+#include "core/rng.h"
+#include "optim/clip.h"
+#include "train/cli.h"
+#include "train/config/config_resolve.h"
+#include "train/distributed/dist_env.h"
+#include "train/distributed/grad_sync.h"
+#include "train/model_from_config.h"
+#if HYBRID_CUDA
+#include "core/cuda/cuda_stream.h"
+#endif
+#if HYBRID_NCCL
+#include "train/distributed/nccl_communicator.h"
+#endif
+
+namespace hyb {
+
+int cmd_bench_dp(Args& args) {
+  const std::string config = args.value("--config");
+  const std::vector<std::string> sets = args.values("--set");
+  const int64_t steps = args.integer("--steps", 20);
+  const int64_t warmup = args.integer("--warmup", 5);
+  const std::string out = args.value("--out", "");
+  args.finish();
+  HYB_CHECK(steps >= 1 && warmup >= 0, "bench dp: --steps must be >= 1 and --warmup >= 0");
+#if !HYBRID_CUDA
+  (void)config, (void)sets, (void)out;
+  throw Error("bench dp: this build has no CUDA backend");
+#else
+  const DistEnv env = dist_env_from_process();
+  RunConfig rc = load_run_config(config, sets);
+  TrainConfig& tc = *rc.train;
+  HYB_CHECK(tc.device.is_cuda(), "bench dp: train.device must be cuda, got ", tc.device.str());
+  tc.device = Device::cuda(env.local_rank);
+  std::unique_ptr<Communicator> comm;
+  if (env.distributed()) {
+#if HYBRID_NCCL
+    comm = std::make_unique<NcclCommunicator>(env, env.local_rank, nccl_timeout_s());
+#else
+    throw Error("bench dp: this build has no NCCL");
+#endif
+  }
+  const int world = env.world_size;
+  HYB_CHECK(tc.batch_size % world == 0, "bench dp: train.batch_size ", tc.batch_size, " is not a multiple of ", world, " ranks");
+  const int64_t b = tc.batch_size / world, T = rc.data.seq_len;
+
+  std::unique_ptr<CausalLM> model = build_model(rc, tc.device, tc.seed);
+  std::vector<OptimParam> params;
+  int64_t n_params = 0;
+  for (const NamedParameter& p : model->named_parameters()) {
+    params.push_back({p.name, p.var, 0.1});
+    n_params += p.var.numel();
+  }
+  AdamW adamw(params, tc.optimizer.adam);
+  std::unique_ptr<GradSync> sync;
+  if (comm) sync = std::make_unique<GradSync>(params, *comm, tc.bucket_mb, false);
+
+  RngStream rng(tc.seed + uint64_t(env.rank), "bench.dp.tokens");
+  std::vector<int32_t> ids(size_t(b * (T + 1)));
+  for (int32_t& t : ids) t = int32_t(rng.below(uint32_t(model->config().real_vocab)));
+  const Tensor all = Tensor::from_vector(ids, {b, T + 1}).to(tc.device);
+  const Tensor inputs = all.narrow(1, 0, T).contiguous(), targets = all.narrow(1, 1, T).contiguous();
+
+  auto step = [&](bool reduce) {
+    Var loss = model->loss(inputs, targets, tc.compute);
+    if (reduce) sync->arm();
+    backward(loss);
+    if (reduce) sync->finish();
+    clip_grad_norm(params, tc.grad_clip);
+    adamw.step(1.0);
+    for (const OptimParam& p : params) p.var.zero_grad();
+  };
+  auto comm_only = [&] {
+    sync->arm();
+    sync->finish();
+  };
+  auto barrier = [&] {
+    if (comm) comm->all_reduce_host(0.0, ReduceOp::sum, tc.device);
+  };
+  auto time_ms = [&](const std::function<void()>& f) {
+    for (int64_t i = 0; i < warmup; ++i) f();
+    barrier();
+    cuda_synchronize(tc.device.index);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < steps; ++i) f();
+    cuda_synchronize(tc.device.index);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(steps);
+  };
+
+  const double local_ms = time_ms([&] { step(false); });
+  nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"seq_len", T},
+                      {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"local_step_ms", local_ms},
+                      {"local_tokens_per_s_per_gpu", double(b * T) / (local_ms * 1e-3)}};
+  if (sync) {
+    const double dp_ms = time_ms([&] { step(true); });
+    const double comm_ms = time_ms(comm_only);
+    r["dp_step_ms"] = dp_ms;
+    r["comm_only_ms"] = comm_ms;
+    r["dp_tokens_per_s_per_gpu"] = double(b * T) / (dp_ms * 1e-3);
+    r["efficiency_vs_local"] = local_ms / dp_ms;
+    r["hidden_fraction"] = 1.0 - (dp_ms - local_ms) / comm_ms;
+    r["buckets"] = sync->buckets().size();
+  }
+  if (env.rank == 0) {
+    std::printf("%s\n", r.dump().c_str());
+    if (!out.empty()) std::ofstream(out) << r.dump(2) << "\n";
+  }
+  return 0;
+#endif
+}
+
+}  // namespace hyb
