@@ -8,6 +8,8 @@
 #include "layers/gsa/gsa_config.h"
 #include "layers/mamba2/mamba2.h"
 #include "layers/mamba2/mamba2_config.h"
+#include "layers/nha/nha.h"
+#include "layers/nha/nha_config.h"
 #include "layers/softmax_attention/attention.h"
 #include "layers/softmax_attention/attention_config.h"
 
@@ -19,6 +21,7 @@ const LayerEntry kLayers[] = {
     {"mamba2", make_mamba2_mixer, resolve_mamba2_config, &kMamba2Keys},
     {"gated_deltanet", make_gated_deltanet_mixer, resolve_gated_deltanet_config, &kGatedDeltaNetKeys},
     {"gsa", make_gsa_mixer, resolve_gsa_config, &kGsaKeys},
+    {"nha", make_nha_mixer, resolve_nha_config, &kNhaKeys},
 };
 }  // namespace
 
