@@ -4,8 +4,12 @@
 
 #include "layers/gated_deltanet/gated_deltanet.h"
 #include "layers/gated_deltanet/gated_deltanet_config.h"
+#include "layers/gsa/gsa.h"
+#include "layers/gsa/gsa_config.h"
 #include "layers/mamba2/mamba2.h"
 #include "layers/mamba2/mamba2_config.h"
+#include "layers/nha/nha.h"
+#include "layers/nha/nha_config.h"
 #include "layers/softmax_attention/attention.h"
 #include "layers/softmax_attention/attention_config.h"
 
@@ -16,6 +20,8 @@ const LayerEntry kLayers[] = {
     {"attention", make_attention_mixer, resolve_attention_config, &kAttentionKeys},
     {"mamba2", make_mamba2_mixer, resolve_mamba2_config, &kMamba2Keys},
     {"gated_deltanet", make_gated_deltanet_mixer, resolve_gated_deltanet_config, &kGatedDeltaNetKeys},
+    {"gsa", make_gsa_mixer, resolve_gsa_config, &kGsaKeys},
+    {"nha", make_nha_mixer, resolve_nha_config, &kNhaKeys},
 };
 }  // namespace
 

@@ -4,6 +4,8 @@
 #include <iterator>
 
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
+#include "layers/gsa/gsa_op.h"
+#include "layers/nha/nha_op.h"
 #include "layers/mamba2/simple_gla_op.h"
 #include "layers/softmax_attention/attention_op.h"
 
@@ -69,10 +71,34 @@ GoldenOutputs golden_gated_delta_rule(const GoldenCase& c) {
   return {{"o", r.o}, {"final_state", r.final_state}};
 }
 
+// Gated Slot Attention (README "gsa"): two gated passes over M slots, zero initial memories.
+GoldenOutputs golden_gsa(const GoldenCase& c) {
+  GsaParams p;
+  p.scale = c.meta_double("scale");
+  GsaVars r = gsa(c.input("q"), c.input("k"), c.input("v"), c.input("s"), c.input("g"), Var(), Var(), p);
+  return {{"o", r.o}, {"final_state0", r.Hk}, {"final_state1", r.Hv}};
+}
+
+// Native Hybrid Attention (README "nha"): token shift = window, RoPE inside the op on the window only.
+GoldenOutputs golden_nha(const GoldenCase& c) {
+  NhaParams p;
+  p.scale = c.meta_double("scale");
+  p.window = c.meta_int("window");
+  p.shift = c.meta_int("token_shift");
+  p.rope_theta = c.meta_double("rope_theta");
+  p.rope_offset = c.meta_int("rope_offset");
+  HYB_CHECK(c.meta("rope_style") == "rotate_half", c.file.path, ": rope_style ", c.meta("rope_style"),
+            " is not the op's rotate_half");
+  NhaVars r = nha(c.input("q"), c.input("k"), c.input("v"), c.input("s"), c.input("g"), Var(), Var(), Var(), p);
+  return {{"o", r.o}, {"final_state0", r.HK}, {"final_state1", r.HV}};
+}
+
 const GoldenOp kGoldenOps[] = {
     {"attention", golden_attention},
     {"simple_gla", golden_simple_gla},
     {"gated_delta_rule", golden_gated_delta_rule},
+    {"gsa", golden_gsa},
+    {"nha", golden_nha},
 };
 
 }  // namespace

@@ -15,6 +15,7 @@ namespace {
 struct Counts {
   int64_t non_embedding = 0;
   std::vector<std::string> types;  // mixer type per layer
+  std::vector<nlohmann::json> mixers;
 };
 
 // The config file as a GPU run would resolve it (bf16 needs a visible GPU; shards are not read),
@@ -30,7 +31,10 @@ Counts build(const std::string& file) {
   Counts c;
   for (const auto& p : lm.named_parameters())
     if (p.name != "model.embeddings.weight" && p.name != "lm_head.weight") c.non_embedding += p.var.numel();
-  for (const LayerSpec& l : cfg.layers) c.types.push_back(l.mixer.at("type").get<std::string>());
+  for (const LayerSpec& l : cfg.layers) {
+    c.types.push_back(l.mixer.at("type").get<std::string>());
+    c.mixers.push_back(l.mixer);
+  }
   return c;
 }
 
@@ -43,6 +47,8 @@ constexpr int64_t kMamba2 = kD * (2 * kDssm + 2 * kN + kH) + kCc * 5 + 3 * kH + 
 constexpr int64_t kKey = 6 * 128, kValue = 6 * 256;
 constexpr int64_t kGdn = kD * (2 * kKey + 2 * kValue + 2 * 6) + kValue * kD + 4 * (2 * kKey + kValue) + 2 * 6 + 256;
 constexpr int64_t kAttention = 4 * kD * kD;
+// nha.md 7.1 with 16 heads of 64 and 64 slots: q, k, v, o, f_proj and the output norm gain.
+constexpr int64_t kNha = 4 * kD * kD + kD * 16 * 64 + kD;
 
 }  // namespace
 
@@ -69,4 +75,25 @@ TEST_CASE("the Mamba2 and GDN quickstart configs resolve to 4 layers of their fa
     REQUIRE(c.types.size() == 4);
     REQUIRE(c.types[0] == (std::string(file).find("mamba2") != std::string::npos ? "mamba2" : "gated_deltanet"));
   }
+}
+
+TEST_CASE("nha_340m is config.md 10.2's model: 333,521,920 non-embedding parameters, full windows at 6, 14, 22",
+          "[config][presets]") {
+  const Counts c = build("configs/nha_340m.json");
+  REQUIRE(c.non_embedding == 333521920);
+  REQUIRE(c.non_embedding == 24 * (kNha + kMlp + kNorms) + kD);
+  REQUIRE(c.types.size() == 24);
+  for (size_t i = 0; i < c.types.size(); ++i) {
+    REQUIRE(c.types[i] == "nha");
+    REQUIRE(c.mixers[i].at("window") == (i % 8 == 6 ? -1 : 32));
+    REQUIRE(c.mixers[i].at("slots") == 64);
+  }
+}
+
+TEST_CASE("the NHA quickstart is config.md 10.1's model: 1,083,008 non-embedding parameters, the last layer full",
+          "[config][presets]") {
+  const Counts c = build("configs/nha_quickstart.json");
+  REQUIRE(c.non_embedding == 1083008);
+  REQUIRE(c.types.size() == 4);
+  for (size_t i = 0; i < 4; ++i) REQUIRE(c.mixers[i].at("window") == (i == 3 ? -1 : 16));
 }

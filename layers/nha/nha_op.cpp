@@ -1,0 +1,120 @@
+// Checks, the device branch and the tape record of the nha op.
+#include "layers/nha/nha_op.h"
+
+#include <cmath>
+
+namespace hyb {
+
+NhaDims nha_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
+                 const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p) {
+  HYB_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": q ", shape_str(q.shape()), ", k ",
+            shape_str(k.shape()), " and v ", shape_str(v.shape()),
+            " must be q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv)");
+  NhaDims d;
+  d.B = q.size(0), d.T = q.size(1), d.Hq = q.size(2), d.D = q.size(3);
+  d.Hkv = k.size(2), d.Dv = v.size(3);
+  HYB_CHECK(k.size(0) == d.B && k.size(1) == d.T && k.size(3) == d.D, op, ": k is ", shape_str(k.shape()),
+            " but q is ", shape_str(q.shape()), "; k must be (B, T, Hkv, D) with B = ", d.B, ", T = ", d.T,
+            ", D = ", d.D);
+  HYB_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0, op, ": q has Hq = ", d.Hq, " heads but k has Hkv = ", d.Hkv,
+            "; Hq must be a multiple of Hkv");
+  HYB_CHECK(v.shape() == Shape({d.B, d.T, d.Hkv, d.Dv}), op, ": v is ", shape_str(v.shape()), " but k is ",
+            shape_str(k.shape()), "; v must be (B, T, Hkv, Dv)");
+  HYB_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must share a dtype, got ",
+            dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
+  HYB_CHECK(s.defined() == g.defined(), op, ": give both s and g (M slots) or neither (no slot memory)");
+  const DType state = q.dtype() == DType::bf16 ? DType::f32 : q.dtype();
+  d.M = s.defined() ? s.size(3) : 0;
+  if (s.defined()) {
+    HYB_CHECK(s.dim() == 4 && s.shape() == Shape({d.B, d.T, d.Hkv, d.M}) && g.shape() == s.shape() && d.M >= 1, op,
+              ": s is ", shape_str(s.shape()), " and g is ", shape_str(g.shape()), " but k is ", shape_str(k.shape()),
+              "; both must be (B, T, Hkv, M) with M >= 1");
+    HYB_CHECK(s.dtype() == state && g.dtype() == state, op, ": s and g must be ", dtype_name(state), " with ",
+              dtype_name(q.dtype()), " q, got ", dtype_name(s.dtype()), " and ", dtype_name(g.dtype()));
+    check_same_device(op, q, s);
+    check_same_device(op, q, g);
+  }
+  HYB_CHECK(HK0.defined() == HV0.defined(), op, ": give both initial memories or neither");
+  if (HK0.defined()) {
+    const Shape hk{d.B, d.Hkv, d.D, d.M}, hv{d.B, d.Hkv, d.M, d.Dv};
+    HYB_CHECK(d.M > 0 && HK0.shape() == hk && HV0.shape() == hv, op, ": the initial memories are ",
+              shape_str(HK0.shape()), " and ", shape_str(HV0.shape()), "; they must be HK (B, Hkv, D, M) = ",
+              shape_str(hk), " and HV (B, Hkv, M, Dv) = ", shape_str(hv));
+    HYB_CHECK(HK0.dtype() == state && HV0.dtype() == state, op, ": the initial memories must be ",
+              dtype_name(state), ", got ", dtype_name(HK0.dtype()), " and ", dtype_name(HV0.dtype()));
+    check_same_device(op, q, HK0);
+    check_same_device(op, q, HV0);
+  }
+  HYB_CHECK(p.window >= -1, op, ": window must be >= 0 or -1 (unlimited), got ", p.window);
+  HYB_CHECK(p.shift >= -1, op, ": shift must be >= 0 or -1 (no token enters the memory), got ", p.shift);
+  d.window = p.window < 0 ? d.T : std::min(p.window, d.T);
+  d.shift = p.shift < 0 ? d.T : std::min(p.shift, d.T);
+  HYB_CHECK(d.M > 0 || p.window != 0, op, ": no slots (M = 0) and no window (window = 0) leave every query empty");
+  if (p.rope && d.window > 0) HYB_CHECK(d.D % 2 == 0, op, ": RoPE needs an even head dim, got D = ", d.D);
+  if (bias.defined()) {
+    HYB_CHECK(bias.dim() == 2 && bias.size(0) == d.Hq && bias.size(1) >= d.window, op, ": the window bias is ",
+              shape_str(bias.shape()), "; it must be (Hq, nb) with Hq = ", d.Hq, " and nb >= min(window, T) = ",
+              d.window);
+    HYB_CHECK(bias.dtype() == q.dtype(), op, ": the window bias must be ", dtype_name(q.dtype()), ", got ",
+              dtype_name(bias.dtype()));
+    check_same_device(op, q, bias);
+  }
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+#if HYBRID_CUDA
+  HYB_CHECK(!q.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
+#endif
+  d.group = d.Hq / d.Hkv;
+  return d;
+}
+
+NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
+                       const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p, NhaSaved* saved) {
+  nha_dims("nha_forward", q, k, v, s, g, HK0, HV0, bias, p);
+  NhaOutputs r = nha_forward_cpu(q, k, v, s, g, HK0, HV0, bias, p);
+  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p};
+  return r;
+}
+
+NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, const Tensor& dHV, GradMask needed) {
+  const NhaDims d = nha_dims("nha_backward", s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, s.params);
+  HYB_CHECK(dout.shape() == Shape({d.B, d.T, d.Hq, d.Dv}) && dout.dtype() == s.q.dtype(), "nha_backward: dout is ",
+            dout.str(), "; it must be (B, T, Hq, Dv) = (", d.B, ", ", d.T, ", ", d.Hq, ", ", d.Dv, ") in ",
+            dtype_name(s.q.dtype()));
+  HYB_CHECK(!dHK.defined() || (d.M > 0 && dHK.shape() == Shape({d.B, d.Hkv, d.D, d.M})), "nha_backward: the final HK "
+            "gradient is ", dHK.str(), "; it must be (B, Hkv, D, M)");
+  HYB_CHECK(!dHV.defined() || (d.M > 0 && dHV.shape() == Shape({d.B, d.Hkv, d.M, d.Dv})), "nha_backward: the final HV "
+            "gradient is ", dHV.str(), "; it must be (B, Hkv, M, Dv)");
+  return nha_backward_cpu(s, dout, dHK, dHV, needed);
+}
+
+NhaVars nha(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g, const Var& HK0, const Var& HV0,
+            const Var& bias, const NhaParams& p) {
+  const bool rec = will_record({q, k, v, s, g, HK0, HV0, bias});
+  auto data = [](const Var& x) { return x.defined() ? x.data() : Tensor(); };
+  NhaSaved sv;
+  NhaOutputs r = nha_forward(q.data(), k.data(), v.data(), data(s), data(g), data(HK0), data(HV0), data(bias), p,
+                             rec ? &sv : nullptr);
+  const bool slots = r.HK.defined();
+  std::vector<Tensor> outs{r.o};
+  if (slots) {
+    outs.push_back(r.HK);
+    outs.push_back(r.HV);
+  }
+  std::vector<Var> out = record_op(
+      "nha", {q, k, v, s, g, HK0, HV0, bias}, outs,
+      [sv, slots](const Grads& douts, GradMask need) {
+        // Only a final memory may carry a gradient (a prefill whose outputs are discarded).
+        const Tensor dout = douts[0].defined() ? douts[0]
+                                               : Tensor::zeros({sv.q.size(0), sv.q.size(1), sv.q.size(2), sv.v.size(3)},
+                                                               sv.q.dtype(), sv.q.device());
+        NhaGrads gr = nha_backward(sv, dout, slots ? douts[1] : Tensor(), slots ? douts[2] : Tensor(), need);
+        return Grads{gr.dq, gr.dk, gr.dv, gr.ds, gr.dg, gr.dHK0, gr.dHV0, gr.dbias};
+      },
+      {{"q", sv.q}, {"k", sv.k}, {"v", sv.v}, {"s", sv.s}, {"g", sv.g}, {"HK0", sv.HK0}, {"HV0", sv.HV0},
+       {"bias", sv.bias}});
+  NhaVars y{out[0], slots ? out[1] : Var(), slots ? out[2] : Var(), r.long_ratio};
+  return y;
+}
+
+}  // namespace hyb

@@ -1,0 +1,192 @@
+// The GSA mixer on the CPU: parameter and input gradients (gsa.md 7.5), parameter names and count
+// (5.1), decoding from the carried memories (6, 7.4) at the mixer and the model level, and the config
+// rules (8).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "compare.h"
+#include "core/rng.h"
+#include "layers/gsa/gsa.h"
+#include "layers/gsa/gsa_config.h"
+#include "layers/model/causal_lm.h"
+#include "layers/registry.h"
+
+using namespace hyb;
+using json = nlohmann::json;
+
+namespace {
+
+json resolved(const json& written, int64_t d_model) {
+  Json mixer = Json::parse(written.dump());
+  mixer["type"] = "gsa";
+  LayerConfigContext ctx;
+  ctx.d_model = d_model;
+  ctx.max_seq_len = 64;
+  ctx.num_layers = 1;
+  resolve_gsa_config(mixer, ctx);
+  return json::parse(mixer.dump());
+}
+
+MixerContext mixer_context(int64_t d_model, int64_t num_layers = 1, const std::string& init = "family") {
+  MixerContext ctx;
+  ctx.d_model = d_model;
+  ctx.num_layers = num_layers;
+  ctx.max_seq_len = 64;
+  ctx.init = init;
+  return ctx;
+}
+
+void randomize(Module& m, uint64_t seed) {
+  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, 0.5);
+}
+
+std::string error_of(const json& mixer, int64_t d_model) {
+  try {
+    resolved(mixer, d_model);
+  } catch (const ConfigKeyError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("every GSA parameter and the layer input have gradients matching finite differences", "[gsa][cpu][grad]") {
+  // gsa.md 7.5: small d, Hq 4, Hkv 2, M 3, T 11.
+  const std::vector<std::pair<std::string, json>> variants = {
+      {"GQA", {{"num_heads", 4}, {"num_kv_heads", 2}, {"num_slots", 3}}},
+      {"short convs with bias, expand_v 1.5",
+       {{"num_heads", 2}, {"num_slots", 3}, {"use_short_conv", true}, {"conv_bias", true}, {"expand_v", 1.5}}},
+      {"fixed norm gain, scale null", {{"num_heads", 2}, {"num_slots", 2}, {"elementwise_affine", false}, {"scale", nullptr}}},
+  };
+  for (const auto& [name, mixer] : variants) {
+    DYNAMIC_SECTION(name) {
+      ParameterScope f64(Device::cpu(), DType::f64);
+      GsaMixer layer(gsa_config_from_json(resolved(mixer, 8)), mixer_context(8));
+      layer.initialize(1);
+      randomize(layer, 2);
+      Var x(random_tensor({1, 11, 8}, 3), true);
+      std::vector<Var> leaves{x};
+      std::vector<std::string> names{"x"};
+      for (const auto& p : layer.named_parameters()) {
+        leaves.push_back(p.var);
+        names.push_back(p.name);
+      }
+      auto r = gradcheck_leaves([&] { return std::vector<Var>{layer.forward(x)}; }, leaves, names);
+      INFO(r.report);
+      REQUIRE(r.max_error < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("GSA has FLA's parameter names and the count of gsa.md 5.1", "[gsa][cpu]") {
+  // FLA 1.3B default: d 2048, Hq = Hkv = 4, K = V = 512, M = 64 -> 17.3 M per layer:
+  // d (Hq K + Hkv K + Hkv V + Hkv M) + d Hq V + Hq V.
+  GsaMixer layer(gsa_config_from_json(resolved({}, 2048)), mixer_context(2048));
+  const int64_t d = 2048;
+  REQUIRE(layer.num_parameters() == d * (2048 + 2048 + 2048 + 256) + d * 2048 + 2048);
+  std::vector<std::string> names, decayed;
+  for (const auto& p : layer.named_parameters()) {
+    names.push_back(p.name);
+    if (p.decay) decayed.push_back(p.name);
+  }
+  REQUIRE(names == std::vector<std::string>{"g_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                            "f_proj.weight", "o_proj.weight"});
+  REQUIRE(decayed == std::vector<std::string>{"q_proj.weight", "k_proj.weight", "v_proj.weight", "f_proj.weight",
+                                              "o_proj.weight"});
+}
+
+TEST_CASE("GSA decoding from the carried memories equals the full forward: single steps and prefills of 0, 1, 3, 17",
+          "[gsa][cpu][decode]") {
+  for (bool convs : {false, true}) {
+    ParameterScope f64(Device::cpu(), DType::f64);
+    GsaMixer layer(gsa_config_from_json(resolved({{"num_heads", 4}, {"num_kv_heads", 2}, {"num_slots", 5},
+                                                  {"use_short_conv", convs}}, 8)),
+                   mixer_context(8));
+    layer.initialize(7);
+    randomize(layer, 8);
+    NoGradGuard no_grad;
+    const int64_t B = 2, T = 23;
+    Tensor x = random_tensor({B, T, 8}, 9);
+    const Tensor full = layer.forward(Var(x)).data();
+    for (int64_t prefill : {0, 1, 3, 17}) {
+      DYNAMIC_SECTION((convs ? "convs" : "no convs") << " prefill " << prefill) {
+        auto state = layer.start_decode(B, Device::cpu(), DType::f64);
+        const int64_t bytes = state->bytes();
+        std::vector<Tensor> outs;
+        if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
+        for (int64_t t = prefill; t < T; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
+        int64_t t = 0;
+        for (const Tensor& o : outs) {
+          REQUIRE(rel_error(o, full.narrow(1, t, o.size(1)).contiguous()) < 1e-12);
+          t += o.size(1);
+        }
+        REQUIRE(state->n_seen == T);
+        // Constant size: Hkv M (K + V) memory values (+ the conv inputs), gsa.md 6.
+        const int64_t Hkv = 2, K = 2, V = 2, M = 5, W = 4;
+        REQUIRE(state->bytes() == bytes);
+        REQUIRE(bytes == B * (Hkv * M * (K + V) + (convs ? (4 * K + 2 * K + 2 * V) * (W - 1) : 0)) * int64_t(sizeof(double)));
+      }
+    }
+  }
+}
+
+TEST_CASE("a model of GSA and attention layers decodes token by token to the parallel forward's logits",
+          "[gsa][model][cpu][decode]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  LmConfig cfg;
+  cfg.vocab_size = 16;
+  cfg.real_vocab = 13;
+  cfg.d_model = 8;
+  cfg.max_seq_len = 64;
+  cfg.init_std = 0.3;
+  LayerConfigContext lctx;
+  lctx.d_model = 8;
+  lctx.max_seq_len = 64;
+  Json attention = {{"type", "attention"}, {"num_heads", 2}, {"head_dim", 4}, {"window", 4}};
+  find_layer("attention")->resolve_config(attention, lctx);
+  cfg.layers = {{resolved({{"num_heads", 2}, {"num_slots", 4}}, 8), "swiglu", 12},
+                {json::parse(attention.dump()), "swiglu", 12},
+                {resolved({{"num_heads", 2}, {"num_kv_heads", 1}, {"num_slots", 3}, {"use_short_conv", true}}, 8), "none", 0}};
+  CausalLM lm(cfg);
+  lm.initialize(11);
+  randomize(lm, 12);
+  NoGradGuard no_grad;
+  const int64_t B = 2, T = 15;
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < B * T; ++i) v.push_back(int32_t((i * 5 + 1) % 13));
+  Tensor ids = Tensor::from_vector<int32_t>(v, {B, T});
+  Tensor full = lm.logits(ids, DType::f64).data().reshape({B, T, -1});
+  for (int64_t prefill : {1, 6}) {
+    DYNAMIC_SECTION("prefill " << prefill) {
+      LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
+      std::vector<Tensor> steps;
+      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
+      for (int64_t t = prefill; t < T; ++t)
+        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
+      int64_t t = 0;
+      for (const Tensor& s : steps) {
+        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
+        t += s.size(1);
+      }
+    }
+  }
+}
+
+TEST_CASE("the gsa config derives heads, slots and scale and rejects what does not fit", "[gsa][config]") {
+  const json r = resolved({{"num_heads", 4}, {"num_slots", nullptr}, {"scale", nullptr}}, 256);
+  REQUIRE(r["num_kv_heads"] == 4);
+  REQUIRE(r["num_slots"] == 64);
+  REQUIRE(r["scale"].get<double>() == Approx(0.125).epsilon(1e-15));
+  REQUIRE(resolved({}, 256)["num_slots"] == 64);
+  REQUIRE(resolved({}, 256)["scale"] == 1.0);
+  REQUIRE_THAT(error_of({{"num_heads", 4}, {"num_kv_heads", 3}}, 64), Catch::Contains("num_kv_heads") && Catch::Contains("(4)"));
+  REQUIRE_THAT(error_of({{"num_heads", 3}}, 64), Catch::Contains("expand_k") && Catch::Contains("num_heads (3)"));
+  REQUIRE_THAT(error_of({{"chunk_size", 128}}, 64), Catch::Contains("chunk_size") && Catch::Contains("16, 32 or 64"));
+  REQUIRE_THAT(error_of({{"use_norm", false}}, 64), Catch::Contains("use_norm"));
+  REQUIRE_THAT(error_of({{"use_output_gate", true}}, 64), Catch::Contains("use_output_gate"));
+  REQUIRE_THAT(error_of({{"feature_map", "t2r"}}, 64), Catch::Contains("feature_map"));
+  REQUIRE_THAT(error_of({{"gate_logit_normalizer", 0}}, 64), Catch::Contains("gate_logit_normalizer"));
+}

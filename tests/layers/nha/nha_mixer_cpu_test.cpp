@@ -1,0 +1,340 @@
+// The NHA mixer on the CPU: gradients of every parameter and the input under every ablation of
+// nha.md 8.2-8.3, a behaviour test per ablation, omega_L, parameter names and count (7.1), decoding
+// token by token == the parallel forward (9) at the mixer and the model level, and the config rules (10).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "compare.h"
+#include "core/rng.h"
+#include "layers/model/causal_lm.h"
+#include "layers/nha/nha.h"
+#include "layers/nha/nha_config.h"
+#include "layers/registry.h"
+
+using namespace hyb;
+using json = nlohmann::json;
+
+namespace {
+
+json resolved(const json& written, int64_t d_model) {
+  Json mixer = Json::parse(written.dump());
+  mixer["type"] = "nha";
+  LayerConfigContext ctx;
+  ctx.d_model = d_model;
+  ctx.max_seq_len = 64;
+  ctx.num_layers = 1;
+  resolve_nha_config(mixer, ctx);
+  return json::parse(mixer.dump());
+}
+
+MixerContext mixer_context(int64_t d_model) {
+  MixerContext ctx;
+  ctx.d_model = d_model;
+  ctx.num_layers = 1;
+  ctx.max_seq_len = 64;
+  return ctx;
+}
+
+void randomize(Module& m, uint64_t seed) {
+  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, 0.5);
+}
+
+// A small layer: d 8, Hq 4, Hkv 2, D 4, Dv 2, M 3, w 3, then the variant's keys.
+json small(const json& variant) {
+  json m = {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 4}, {"value_head_dim", 2}, {"slots", 3}, {"window", 3}};
+  for (const auto& [k, v] : variant.items()) m[k] = v;
+  return resolved(m, 8);
+}
+
+// Both layers built under f64 with parameters drawn by name: shared names get equal values.
+struct Pair {
+  ParameterScope f64{Device::cpu(), DType::f64};
+  NhaMixer a, b;
+  Pair(const json& ma, const json& mb) : a(nha_config_from_json(ma), mixer_context(8)), b(nha_config_from_json(mb), mixer_context(8)) {
+    a.initialize(1);
+    b.initialize(1);
+    randomize(a, 5);
+    randomize(b, 5);
+  }
+};
+
+std::string error_of(const json& mixer, int64_t d_model) {
+  try {
+    resolved(mixer, d_model);
+  } catch (const ConfigKeyError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::vector<std::pair<std::string, json>> kVariants = {
+    {"default (rope_short, token shift)", json::object()},
+    {"w/o long memory (slots 0)", {{"slots", 0}}},
+    {"w/o short memory (window 0)", {{"window", 0}}},
+    {"w/o token shift", {{"token_shift", false}}},
+    {"full window", {{"window", -1}}},
+    {"window excludes current", {{"window_includes_current", false}}},
+    {"weighted_fixed", {{"fusion", "weighted_fixed"}, {"fusion_weight", 0.3}}},
+    {"weighted_learned", {{"fusion", "weighted_learned"}}},
+    {"rope_short_long", {{"pos_enc", "rope_short_long"}}},
+    {"pos_enc none", {{"pos_enc", "none"}}},
+    {"learned_short", {{"pos_enc", "learned_short"}}},
+    {"short convs, value_act none", {{"use_short_conv", true}, {"value_act", "none"}}},
+};
+
+}  // namespace
+
+TEST_CASE("every NHA parameter and the layer input have gradients matching finite differences, in every ablation",
+          "[nha][cpu][grad]") {
+  for (const auto& [name, variant] : kVariants) {
+    DYNAMIC_SECTION(name) {
+      ParameterScope f64(Device::cpu(), DType::f64);
+      NhaMixer layer(nha_config_from_json(small(variant)), mixer_context(8));
+      layer.initialize(1);
+      randomize(layer, 2);
+      Var x(random_tensor({1, 9, 8}, 3), true);
+      std::vector<Var> leaves{x};
+      std::vector<std::string> names{"x"};
+      for (const auto& p : layer.named_parameters()) {
+        leaves.push_back(p.var);
+        names.push_back(p.name);
+      }
+      auto r = gradcheck_leaves([&] { return std::vector<Var>{layer.forward(x)}; }, leaves, names);
+      INFO(r.report);
+      REQUIRE(r.max_error < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("NHA decoding token by token and from prefills equals the parallel forward, in every ablation",
+          "[nha][cpu][decode]") {
+  for (const auto& [name, variant] : kVariants) {
+    ParameterScope f64(Device::cpu(), DType::f64);
+    NhaMixer layer(nha_config_from_json(small(variant)), mixer_context(8));
+    layer.initialize(7);
+    randomize(layer, 8);
+    NoGradGuard no_grad;
+    const int64_t B = 2, T = 17;
+    Tensor x = random_tensor({B, T, 8}, 9);
+    const Tensor full = layer.forward(Var(x)).data();
+    for (int64_t prefill : {0, 1, 2, 6}) {
+      DYNAMIC_SECTION(name << " prefill " << prefill) {
+        auto state = layer.start_decode(B, Device::cpu(), DType::f64);
+        std::vector<Tensor> outs;
+        if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
+        int64_t bytes = -1;
+        for (int64_t t = prefill; t < T; ++t) {
+          outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
+          // Constant size once the ring is full, except for a full window (a KV cache).
+          if (t >= 6 && layer.config().window >= 0) {
+            if (bytes < 0) bytes = state->bytes();
+            REQUIRE(state->bytes() == bytes);
+          }
+        }
+        int64_t t = 0;
+        for (const Tensor& o : outs) {
+          REQUIRE(rel_error(o, full.narrow(1, t, o.size(1)).contiguous()) < 1e-12);
+          t += o.size(1);
+        }
+        REQUIRE(state->n_seen == T);
+      }
+    }
+  }
+}
+
+TEST_CASE("NHA decode state: slots plus a ring of w tokens (nha.md 9)", "[nha][cpu][decode]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  NhaMixer layer(nha_config_from_json(small(json::object())), mixer_context(8));
+  layer.initialize(1);
+  NoGradGuard no_grad;
+  auto state = layer.start_decode(2, Device::cpu(), DType::f64);
+  layer.decode(Var(random_tensor({2, 10, 8}, 1)), *state);
+  // Hkv D M + Hkv M Dv slot values and w (Hkv (D + Dv + 2 M)) ring values per sequence.
+  const int64_t Hkv = 2, D = 4, Dv = 2, M = 3, w = 3;
+  REQUIRE(state->bytes() == 2 * (Hkv * D * M + Hkv * M * Dv + w * Hkv * (D + Dv + 2 * M)) * int64_t(sizeof(double)));
+}
+
+TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
+  NoGradGuard no_grad;
+  const int64_t T = 12;
+  Tensor x = random_tensor({2, T, 8}, 30);
+  SECTION("w/o long memory: a token outside the window no longer changes the output") {
+    for (int64_t slots : {0, 3}) {
+      ParameterScope f64(Device::cpu(), DType::f64);
+      NhaMixer layer(nha_config_from_json(small({{"slots", slots}})), mixer_context(8));
+      layer.initialize(1);
+      randomize(layer, 2);
+      Tensor x2 = x.clone();
+      x2.narrow(1, 4, 1).copy_(random_tensor({2, 1, 8}, 31));
+      const Tensor a = layer.forward(Var(x)).data(), b = layer.forward(Var(x2)).data();
+      // Token 4 leaves the 3-token window at t = 7.
+      const double far = rel_error(b.narrow(1, 7, T - 7).contiguous(), a.narrow(1, 7, T - 7).contiguous());
+      if (slots == 0) REQUIRE(far == 0.0);
+      else REQUIRE(far > 1e-6);
+    }
+  }
+  SECTION("w/o short memory: RoPE has nothing to act on, the layer is GSA-like") {
+    Pair p(small({{"window", 0}}), small({{"window", 0}, {"pos_enc", "none"}, {"rope_theta", 500.0}}));
+    REQUIRE(rel_error(p.a.forward(Var(x)).data(), p.b.forward(Var(x)).data()) == 0.0);
+  }
+  SECTION("w/o token shift: the slots hold every token, as with window 0") {
+    Pair p(small({{"token_shift", false}}), small({{"window", 0}}));
+    auto sa = p.a.start_decode(2, Device::cpu(), DType::f64), sb = p.b.start_decode(2, Device::cpu(), DType::f64);
+    p.a.decode(Var(x), *sa);
+    p.b.decode(Var(x), *sb);
+    auto& na = dynamic_cast<NhaState&>(*sa);
+    auto& nb = dynamic_cast<NhaState&>(*sb);
+    REQUIRE(rel_error(na.HK, nb.HK) < 1e-14);
+    REQUIRE(rel_error(na.HV, nb.HV) < 1e-14);
+    Pair shifted(small(json::object()), small({{"window", 0}}));
+    auto sc = shifted.a.start_decode(2, Device::cpu(), DType::f64);
+    shifted.a.decode(Var(x), *sc);
+    REQUIRE(rel_error(dynamic_cast<NhaState&>(*sc).HK, nb.HK) > 1e-3);
+  }
+  SECTION("weighted_fixed with weight 0 is the window branch alone: the layer without slots") {
+    Pair p(small({{"fusion", "weighted_fixed"}, {"fusion_weight", 0.0}}), small({{"slots", 0}}));
+    REQUIRE(rel_error(p.a.forward(Var(x)).data(), p.b.forward(Var(x)).data()) < 1e-14);
+    Pair q(small({{"fusion", "weighted_fixed"}, {"fusion_weight", 0.5}}), small({{"slots", 0}}));
+    REQUIRE(rel_error(q.a.forward(Var(x)).data(), q.b.forward(Var(x)).data()) > 1e-3);
+  }
+  SECTION("weighted_learned starts at lambda = 1/2: equal to weighted_fixed 0.5 before training") {
+    ParameterScope f64(Device::cpu(), DType::f64);
+    NhaMixer a(nha_config_from_json(small({{"fusion", "weighted_learned"}})), mixer_context(8));
+    NhaMixer b(nha_config_from_json(small({{"fusion", "weighted_fixed"}})), mixer_context(8));
+    a.initialize(3);
+    b.initialize(3);
+    REQUIRE(rel_error(a.forward(Var(x)).data(), b.forward(Var(x)).data()) < 1e-14);
+    randomize(a, 4);
+    randomize(b, 4);
+    REQUIRE(rel_error(a.forward(Var(x)).data(), b.forward(Var(x)).data()) > 1e-3);
+  }
+  SECTION("learned_short starts at bias 0 (= pos_enc none); rope_short and rope_short_long differ from none") {
+    Pair p(small({{"pos_enc", "learned_short"}}), small({{"pos_enc", "none"}}));
+    REQUIRE(rel_error(p.a.forward(Var(x)).data(), p.b.forward(Var(x)).data()) > 1e-3);  // randomized bias
+    ParameterScope f64(Device::cpu(), DType::f64);
+    NhaMixer a(nha_config_from_json(small({{"pos_enc", "learned_short"}})), mixer_context(8));
+    NhaMixer b(nha_config_from_json(small({{"pos_enc", "none"}})), mixer_context(8));
+    a.initialize(3);
+    b.initialize(3);
+    REQUIRE(rel_error(a.forward(Var(x)).data(), b.forward(Var(x)).data()) < 1e-14);
+    for (const char* pe : {"rope_short", "rope_short_long"}) {
+      Pair r(small({{"pos_enc", pe}}), small({{"pos_enc", "none"}}));
+      REQUIRE(rel_error(r.a.forward(Var(x)).data(), r.b.forward(Var(x)).data()) > 1e-3);
+    }
+    // With window 0, rope_short_long still rotates the slot branch; rope_short does not.
+    Pair w0(small({{"window", 0}, {"pos_enc", "rope_short_long"}}), small({{"window", 0}, {"pos_enc", "rope_short"}}));
+    REQUIRE(rel_error(w0.a.forward(Var(x)).data(), w0.b.forward(Var(x)).data()) > 1e-3);
+  }
+}
+
+TEST_CASE("NHA emits omega_L per token and head: 1 without a window, M / (M + sum e^b) with an empty memory",
+          "[nha][cpu]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  NoGradGuard no_grad;
+  Tensor x = random_tensor({2, 7, 8}, 40);
+  NhaMixer off(nha_config_from_json(small(json::object())), mixer_context(8));
+  off.initialize(1);
+  off.forward(Var(x));
+  REQUIRE_FALSE(off.long_ratio().defined());
+  NhaMixer w0(nha_config_from_json(small({{"window", 0}, {"emit_long_ratio", true}})), mixer_context(8));
+  w0.initialize(1);
+  w0.forward(Var(x));
+  REQUIRE(w0.long_ratio().shape() == Shape({2, 7, 4}));
+  for (double v : w0.long_ratio().to_double_vector()) REQUIRE(v == Approx(1.0).epsilon(1e-14));
+  NhaMixer full(nha_config_from_json(small({{"window", -1}, {"emit_long_ratio", true}})), mixer_context(8));
+  full.initialize(1);
+  randomize(full, 2);
+  full.forward(Var(x));
+  const std::vector<double> om = full.long_ratio().to_double_vector();
+  // Query 0 sees the M = 3 null slots and itself: omega = 3 / (3 + e^b) < 1, and omega decreases as
+  // the window grows only on average; every value lies in (0, 1).
+  for (double v : om) {
+    REQUIRE(v > 0.0);
+    REQUIRE(v < 1.0);
+  }
+  NhaMixer wf(nha_config_from_json(small({{"fusion", "weighted_fixed"}, {"fusion_weight", 0.3}, {"emit_long_ratio", true}})),
+              mixer_context(8));
+  wf.initialize(1);
+  wf.forward(Var(x));
+  for (double v : wf.long_ratio().to_double_vector()) REQUIRE(v == 0.3);
+}
+
+TEST_CASE("NHA has the official parameter names and the per-layer count of the 340M model", "[nha][cpu]") {
+  // config.md 10.2: d 1024, 16 heads of 64, 64 slots: 4 d^2 + d 16 64 + d = 5,243,904 per mixer.
+  NhaMixer layer(nha_config_from_json(resolved({{"slots", 64}, {"window", 32}}, 1024)), mixer_context(1024));
+  REQUIRE(layer.num_parameters() == 5243904);
+  std::vector<std::string> names;
+  for (const auto& p : layer.named_parameters()) names.push_back(p.name);
+  REQUIRE(names == std::vector<std::string>{"g_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                            "f_proj.weight", "o_proj.weight"});
+  NhaMixer abl(nha_config_from_json(small({{"slots", 0}, {"fusion", "weighted_learned"}, {"pos_enc", "learned_short"}})),
+               mixer_context(8));
+  names.clear();
+  for (const auto& p : abl.named_parameters()) names.push_back(p.name + " " + shape_str(p.var.shape()));
+  REQUIRE(names == std::vector<std::string>{"pos_bias (4, 3)", "g_norm.weight (8,)", "q_proj.weight (16, 8)",
+                                            "k_proj.weight (8, 8)", "v_proj.weight (4, 8)", "fusion_proj.weight (4, 8)",
+                                            "fusion_proj.bias (4,)", "o_proj.weight (8, 8)"});
+}
+
+TEST_CASE("a model of NHA and attention layers decodes token by token to the parallel forward's logits",
+          "[nha][model][cpu][decode]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  LmConfig cfg;
+  cfg.vocab_size = 16;
+  cfg.real_vocab = 13;
+  cfg.d_model = 8;
+  cfg.max_seq_len = 64;
+  cfg.init_std = 0.3;
+  LayerConfigContext lctx;
+  lctx.d_model = 8;
+  lctx.max_seq_len = 64;
+  Json attention = {{"type", "attention"}, {"num_heads", 2}, {"head_dim", 4}, {"window", 4}};
+  find_layer("attention")->resolve_config(attention, lctx);
+  cfg.layers = {{small(json::object()), "swiglu", 12},
+                {json::parse(attention.dump()), "swiglu", 12},
+                {small({{"window", -1}}), "swiglu", 12},
+                {small({{"token_shift", false}, {"use_short_conv", true}}), "none", 0}};
+  CausalLM lm(cfg);
+  lm.initialize(11);
+  randomize(lm, 12);
+  NoGradGuard no_grad;
+  const int64_t B = 2, T = 15;
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < B * T; ++i) v.push_back(int32_t((i * 5 + 1) % 13));
+  Tensor ids = Tensor::from_vector<int32_t>(v, {B, T});
+  Tensor full = lm.logits(ids, DType::f64).data().reshape({B, T, -1});
+  for (int64_t prefill : {1, 6}) {
+    DYNAMIC_SECTION("prefill " << prefill) {
+      LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
+      std::vector<Tensor> steps;
+      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
+      for (int64_t t = prefill; t < T; ++t)
+        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
+      int64_t t = 0;
+      for (const Tensor& s : steps) {
+        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
+        t += s.size(1);
+      }
+    }
+  }
+}
+
+TEST_CASE("the nha config derives heads, dims and scale and rejects what does not fit", "[nha][config]") {
+  const json r = resolved({{"num_heads", 4}, {"num_kv_heads", nullptr}, {"head_dim", 32}, {"value_head_dim", nullptr}}, 128);
+  REQUIRE(r["num_kv_heads"] == 4);
+  REQUIRE(r["value_head_dim"] == 32);
+  REQUIRE(r["scale"].get<double>() == Approx(1.0 / std::sqrt(32.0)).epsilon(1e-15));
+  REQUIRE(r["window"] == 32);
+  REQUIRE(r["slots"] == 64);
+  REQUIRE_THAT(error_of({{"num_heads", 4}, {"num_kv_heads", 3}}, 64), Catch::Contains("num_kv_heads") && Catch::Contains("(4)"));
+  REQUIRE_THAT(error_of({{"slots", 0}, {"window", 0}}, 64), Catch::Contains("window") && Catch::Contains("slots = 0"));
+  REQUIRE_THAT(error_of({{"window", -2}}, 64), Catch::Contains("window"));
+  REQUIRE_THAT(error_of({{"head_dim", 7}}, 64), Catch::Contains("head_dim") && Catch::Contains("even"));
+  REQUIRE(error_of({{"head_dim", 7}, {"pos_enc", "none"}}, 64).empty());
+  REQUIRE_THAT(error_of({{"fusion", "sum"}}, 64), Catch::Contains("fusion"));
+  REQUIRE_THAT(error_of({{"fusion_weight", 1.5}}, 64), Catch::Contains("fusion_weight"));
+  REQUIRE_THAT(error_of({{"slot_feature_map", "swish"}}, 64), Catch::Contains("slot_feature_map"));
+  REQUIRE_THAT(error_of({{"chunk_size", 48}}, 64), Catch::Contains("chunk_size"));
+}
