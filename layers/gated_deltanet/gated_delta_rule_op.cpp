@@ -49,13 +49,12 @@ GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, con
   HYB_CHECK(p.chunk_size >= 0, "gated_delta_rule_forward: chunk_size must be >= 0 (0 = recurrent), got ",
             p.chunk_size);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
-#if HYBRID_CUDA
   if (q.is_cuda()) {
-    GatedDeltaOutputs r = gated_delta_rule_forward_cuda(q, k, v, beta, g, S0, scale);
+    HYB_CHECK(q.dtype() != DType::f64, "gated_delta_rule_forward: the CUDA path computes on f32 or bf16, got f64");
+    GatedDeltaOutputs r = gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
     if (saved) *saved = {q, k, v, beta, g, S0, p};
     return r;
   }
-#endif
   GatedDeltaOutputs r = p.chunk_size > 0 ? gated_delta_rule_chunked_forward_cpu(q, k, v, beta, g, S0, scale, p.chunk_size)
                                          : gated_delta_rule_forward_cpu(q, k, v, beta, g, S0, scale);
   if (saved) *saved = {q, k, v, beta, g, S0, p};
@@ -74,9 +73,7 @@ GatedDeltaGrads gated_delta_rule_backward(const GatedDeltaSaved& s, const Tensor
   HYB_CHECK(dout.device() == s.q.device() && (!dfinal.defined() || dfinal.device() == s.q.device()),
             "gated_delta_rule_backward: dout and the final-state gradient must be on the device of q (",
             s.q.device().str(), ")");
-#if HYBRID_CUDA
-  if (s.q.is_cuda()) return gated_delta_rule_backward_cuda(s, dout, dfinal, needed);
-#endif
+  if (s.q.is_cuda()) return gated_delta_rule_backward_kernels(s, dout, dfinal, needed);
   return s.params.chunk_size > 0 ? gated_delta_rule_chunked_backward_cpu(s, dout, dfinal, needed)
                                  : gated_delta_rule_backward_cpu(s, dout, dfinal, needed);
 }
