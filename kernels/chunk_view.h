@@ -6,11 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#if defined(__CUDACC__)
-#define HYB_HD __host__ __device__
-#else
-#define HYB_HD
-#endif
+#include "core/macros.h"
 
 namespace hyb {
 
@@ -45,15 +41,15 @@ struct ChunkBatch {
 };
 
 // (b, h, c) of a flat batch index z in [0, B H nc), chunks c0 .. c0 + nc - 1.
-HYB_HD inline ChunkBatch chunk_batch(int64_t z, int64_t H, int64_t c0, int64_t nc) {
+HYB_HD ChunkBatch chunk_batch(int64_t z, int64_t H, int64_t c0, int64_t nc) {
   return {z / nc / H, (z / nc) % H, c0 + z % nc};
 }
 
-HYB_HD inline int64_t chunk_offset(const ChunkView& v, const ChunkBatch& q, int r, int col) {
+HYB_HD int64_t chunk_offset(const ChunkView& v, const ChunkBatch& q, int r, int col) {
   return q.b * v.sb + (q.h / v.hdiv) * v.sh + q.c * v.sc + int64_t(r) * v.sr + int64_t(col) * v.scol;
 }
 
-HYB_HD inline float chunk_bf16_to_float(uint16_t bits) {
+HYB_HD float chunk_bf16_to_float(uint16_t bits) {
   const uint32_t u = uint32_t(bits) << 16;
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
@@ -65,7 +61,7 @@ HYB_HD inline float chunk_bf16_to_float(uint16_t bits) {
 }
 
 // Element (r, col) of batch q: 0 outside the matrix or on a padded token, times the token scale.
-HYB_HD inline float chunk_at(const ChunkView& v, const ChunkBatch& q, int r, int col, int64_t T) {
+HYB_HD float chunk_at(const ChunkView& v, const ChunkBatch& q, int r, int col, int64_t T) {
   if (r >= v.rows || col >= v.cols) return 0.f;
   const int tok = v.tok == 1 ? r : (v.tok == 2 ? col : -1);
   if (tok >= 0 && q.c * kScanChunk + tok >= T) return 0.f;
@@ -82,12 +78,12 @@ HYB_HD inline float chunk_at(const ChunkView& v, const ChunkBatch& q, int r, int
 }
 
 // The address of an element of an f32 view (outputs are always f32 scratch).
-HYB_HD inline float* chunk_ptr(const ChunkView& v, const ChunkBatch& q, int r, int col) {
+HYB_HD float* chunk_ptr(const ChunkView& v, const ChunkBatch& q, int r, int col) {
   return const_cast<float*>(static_cast<const float*>(v.p)) + chunk_offset(v, q, r, col);
 }
 
 // Valid tokens of chunk c.
-HYB_HD inline int chunk_tokens(int64_t c, int64_t T) {
+HYB_HD int chunk_tokens(int64_t c, int64_t T) {
   const int64_t n = T - c * kScanChunk;
   return int(n < kScanChunk ? n : kScanChunk);
 }
