@@ -25,7 +25,12 @@
 #include "autograd/ops/unary.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/cuda_device.h"
+#include "layers/conv1d/conv1d_op.h"
+#include "layers/gated_deltanet/gated_delta_rule_op.h"
 #include "layers/loss/cross_entropy_op.h"
+#include "layers/mamba2/simple_gla_op.h"
+#include "layers/norm/gated_rmsnorm_op.h"
+#include "layers/ssm_decay/ssm_decay_op.h"
 #include "layers/mlp/swiglu_op.h"
 #include "layers/norm/rmsnorm_op.h"
 #include "layers/rope/rope_op.h"
@@ -47,6 +52,12 @@ struct BenchCase {
 Tensor random_cuda(const Shape& s, DType dt, uint64_t seed, double std = 1.0) {
   Tensor t = Tensor::empty(s, dt, Device::cuda(0));
   fill_normal(t, seed, "bench.inputs", 0.0, std);
+  return t;
+}
+
+Tensor uniform_cuda(const Shape& s, uint64_t seed, double lo, double hi) {
+  Tensor t = Tensor::empty(s, DType::f32, Device::cuda(0));
+  fill_uniform(t, seed, "bench.inputs", lo, hi);
   return t;
 }
 
@@ -169,6 +180,99 @@ std::vector<BenchCase> make_cases() {
                          }});
       }
     }
+  }
+  {  // Mamba2 short conv at d_model 1024 (d_ssm 2048, N 128, G 1: 2304 channels), W 4, B*T = 32768.
+    // Forward reads x and writes y; backward reads x and dy, writes dx (the dw partials are 64 rows).
+    const int64_t B = 8, T = 4096, C = 2304, W = 4;
+    Tensor x = random_cuda({B, T, C}, bf, 20), w = random_cuda({C, W}, bf, 21, 0.5), b = random_cuda({C}, bf, 22);
+    Tensor dy = random_cuda({B, T, C}, bf, 23);
+    const Conv1dSaved s{x, w, b, Tensor()};
+    const double n = double(B * T * C);
+    cases.push_back({"conv1d_silu_forward", "32768x2304 W4 bf16", n * 2 * 2, n * (2 * W + 5),
+                     [=] { causal_conv1d_silu_forward(x, w, b, Tensor(), nullptr); }});
+    cases.push_back({"conv1d_silu_backward", "32768x2304 W4 bf16", n * 2 * 3, n * (4 * W + 10),
+                     [=] { causal_conv1d_silu_backward(s, dy, GradMask{7}); }});
+  }
+  {  // Mamba2 gated RMSNorm (gate, then norm over d_ssm 2048, G 1), B*T = 32768 rows.
+    const int64_t N = 32768, C = 2048;
+    Tensor x = random_cuda({N, 1, C}, bf, 24), z = random_cuda({N, 1, C}, bf, 25), w = random_cuda({1, C}, bf, 26);
+    Tensor dy = random_cuda({N, 1, C}, bf, 27);
+    GatedRmsNormSaved s;
+    gated_rmsnorm_forward(x, z, w, 1e-5, GatedNormOrder::gate_then_norm, &s);
+    const double n = double(N * C);
+    cases.push_back({"gated_rmsnorm_forward", "32768x2048 bf16", n * 2 * 3 + N * 4, n * 10, [=] {
+                       gated_rmsnorm_forward(x, z, w, 1e-5, GatedNormOrder::gate_then_norm, nullptr);
+                     }});
+    cases.push_back({"gated_rmsnorm_backward", "32768x2048 bf16", n * 2 * 5 + N * 4, n * 20,
+                     [=] { gated_rmsnorm_backward(s, dy, GradMask{7}); }});
+  }
+  {  // The per-head decay, 32768 tokens x 16 heads, f32 (the decay path stays f32).
+    const int64_t N = 32768, H = 16;
+    Tensor x = random_cuda({N, H}, DType::f32, 28), bias = random_cuda({H}, DType::f32, 29);
+    Tensor A_log = random_cuda({H}, DType::f32, 30, 0.5), ddt = random_cuda({N, H}, DType::f32, 31);
+    Tensor dg = random_cuda({N, H}, DType::f32, 32);
+    SsmDecaySaved s;
+    ssm_decay_forward(x, bias, A_log, 0.0, INFINITY, &s);
+    const double n = double(N * H);
+    cases.push_back({"ssm_decay_forward", "32768x16 f32", n * 4 * 3, n * 8,
+                     [=] { ssm_decay_forward(x, bias, A_log, 0.0, INFINITY, nullptr); }});
+    cases.push_back({"ssm_decay_backward", "32768x16 f32", n * 4 * 5, n * 12,
+                     [=] { ssm_decay_backward(s, ddt, dg, GradMask{7}); }});
+  }
+  {  // simple_gla fwd+bwd, B*T = 32768, chunk 64 (mamba2.md 4.6): the bare core at H 16, K = V = 64 per
+     // head, and the Mamba2 SSD core at H 16, P 64, N 64 / 128 with shared B and C (G 1).
+    struct Shape4 {
+      const char* what;
+      int64_t Gq, H, K, V;
+    };
+    for (const Shape4& sh : {Shape4{"", 16, 16, 64, 64}, Shape4{"mamba2 ", 1, 16, 64, 64}, Shape4{"mamba2 ", 1, 16, 128, 64}})
+      for (int64_t T : {1024, 4096, 16384}) {
+        const int64_t B = 32768 / T, C = 64, N = 32768;
+        Tensor q = random_cuda({B, T, sh.Gq, sh.K}, bf, 40, 0.3), k = random_cuda({B, T, sh.Gq, sh.K}, bf, 41, 0.3);
+        Tensor v = random_cuda({B, T, sh.H, sh.V}, bf, 42), dout = random_cuda({B, T, sh.H, sh.V}, bf, 43);
+        Tensor g = uniform_cuda({B, T, sh.H}, 44, -0.05, -0.001);
+        const double r = double(sh.Gq) / double(sh.H);
+        const double fwd = double(N * sh.H) * (2.0 * C * sh.K * r + 2.0 * C * sh.V + 4.0 * sh.K * sh.V);
+        const double bwd = double(N * sh.H) * (6.0 * C * sh.K * r + 4.0 * C * sh.V + 10.0 * sh.K * sh.V);
+        const double qk = double(N * sh.Gq * sh.K * 2), vv = double(N * sh.H * sh.V * 2), gg = double(N * sh.H * 4);
+        // forward: q, k, v, g in, o out; backward: q, k, v, g, dO in, dq, dk, dv, dg out.
+        const double bytes = (2 * qk + vv + gg + vv) + (2 * qk + 2 * vv + gg + 2 * qk + vv + gg);
+        SimpleGlaParams p;
+        p.scale = 1.0;
+        cases.push_back({"simple_gla_fwd_bwd",
+                         str_cat(sh.what, "B", B, " T", T, " H", sh.H, " Gq", sh.Gq, " K", sh.K, " V", sh.V, " bf16"),
+                         bytes, fwd + bwd, [=] {
+                           SimpleGlaSaved s;
+                           simple_gla_forward(q, k, v, g, Tensor(), p, &s);
+                           simple_gla_backward(s, dout, Tensor(), GradMask{15});
+                         }});
+      }
+  }
+  {  // gated_delta_rule fwd+bwd, B*T = 32768, chunk 64 (gated_deltanet.md 4.7): H = HV = 16, K = V = 64,
+     // and the NAtS-L shape at d 1024: H 6, K 128, V 256.
+    struct Shape4 {
+      int64_t H, K, V;
+    };
+    for (const Shape4& sh : {Shape4{16, 64, 64}, Shape4{6, 128, 256}})
+      for (int64_t T : {1024, 4096, 16384}) {
+        const int64_t B = 32768 / T, C = 64, N = 32768;
+        Tensor q = random_cuda({B, T, sh.H, sh.K}, bf, 50, 1.0 / std::sqrt(double(sh.K)));
+        Tensor k = random_cuda({B, T, sh.H, sh.K}, bf, 51, 1.0 / std::sqrt(double(sh.K)));
+        Tensor v = random_cuda({B, T, sh.H, sh.V}, bf, 52), dout = random_cuda({B, T, sh.H, sh.V}, bf, 53);
+        Tensor beta = uniform_cuda({B, T, sh.H}, 54, 0.05, 0.95), g = uniform_cuda({B, T, sh.H}, 55, -0.05, -0.001);
+        const double Kd = double(sh.K), Vd = double(sh.V);
+        const double fwd = double(N * sh.H) * (2.0 * C * (3 * Kd + 2 * Vd) + 6 * Kd * Vd + 2.0 / 3.0 * C * C);
+        const double bwd = double(N * sh.H) * (18.0 * C * Kd + 10.0 * C * Vd + 16 * Kd * Vd + 4.0 * C * C);
+        const double qk = double(N * sh.H) * Kd * 2, vv = double(N * sh.H) * Vd * 2, gb = double(N * sh.H * 4);
+        // forward: q, k, v, g, beta in, o out; backward: those and dO in, their gradients out.
+        const double bytes = (2 * qk + vv + 2 * gb + vv) + (2 * qk + 2 * vv + 2 * gb + 2 * qk + vv + 2 * gb);
+        cases.push_back({"gated_delta_rule_fwd_bwd",
+                         str_cat("B", B, " T", T, " H", sh.H, " K", sh.K, " V", sh.V, " bf16"), bytes, fwd + bwd, [=] {
+                           GatedDeltaSaved s;
+                           gated_delta_rule_forward(q, k, v, beta, g, Tensor(), GatedDeltaParams{}, &s);
+                           gated_delta_rule_backward(s, dout, Tensor(), GradMask{31});
+                         }});
+      }
   }
   return cases;
 }

@@ -3,6 +3,7 @@
 
 #include <iterator>
 
+#include "autograd/ops/cast.h"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 #include "layers/gsa/gsa_op.h"
 #include "layers/nha/nha_op.h"
@@ -47,6 +48,12 @@ int64_t GoldenCase::meta_int(const std::string& key) const {
 
 namespace {
 
+// Decays, beta and states stay f32 under bf16 activations (mamba2.md 2.4, gated_deltanet.md 2.5).
+Var state_input(const GoldenCase& c, const std::string& name) {
+  const Var& x = c.input(name);
+  return x.dtype() == DType::bf16 ? cast(x, DType::f32) : x;
+}
+
 // Masked-softmax attention (README "attention"): causal, window counting the current token.
 GoldenOutputs golden_attention(const GoldenCase& c) {
   AttentionParams p;
@@ -59,7 +66,7 @@ GoldenOutputs golden_attention(const GoldenCase& c) {
 GoldenOutputs golden_simple_gla(const GoldenCase& c) {
   SimpleGlaParams p;
   p.scale = c.meta_double("scale");
-  SimpleGlaVars r = simple_gla(c.input("q"), c.input("k"), c.input("v"), c.input("g"), Var(), p);
+  SimpleGlaVars r = simple_gla(c.input("q"), c.input("k"), c.input("v"), state_input(c, "g"), Var(), p);
   return {{"o", r.o}, {"final_state", r.final_state}};
 }
 
@@ -67,7 +74,8 @@ GoldenOutputs golden_simple_gla(const GoldenCase& c) {
 GoldenOutputs golden_gated_delta_rule(const GoldenCase& c) {
   GatedDeltaParams p;
   p.scale = c.meta_double("scale");
-  GatedDeltaVars r = gated_delta_rule(c.input("q"), c.input("k"), c.input("v"), c.input("beta"), c.input("g"), Var(), p);
+  GatedDeltaVars r = gated_delta_rule(c.input("q"), c.input("k"), c.input("v"), state_input(c, "beta"),
+                                      state_input(c, "g"), Var(), p);
   return {{"o", r.o}, {"final_state", r.final_state}};
 }
 

@@ -23,9 +23,6 @@ void check_conv1d(const char* op, const Tensor& x, const Tensor& w, const Tensor
               dtype_name(t->dtype()));
     check_same_device(op, x, *t);
   }
-#if HYBRID_CUDA
-  HYB_CHECK(!x.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
 }
 
 }  // namespace
@@ -33,7 +30,11 @@ void check_conv1d(const char* op, const Tensor& x, const Tensor& w, const Tensor
 Tensor causal_conv1d_silu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& x0,
                                   Conv1dSaved* saved) {
   check_conv1d("causal_conv1d_silu_forward", x, w, bias, x0);
-  Tensor y = causal_conv1d_silu_forward_cpu(x, w, bias, x0);
+  Tensor y;
+#if HYBRID_CUDA
+  if (x.is_cuda()) y = causal_conv1d_silu_forward_cuda(x, w, bias, x0);
+#endif
+  if (!y.defined()) y = causal_conv1d_silu_forward_cpu(x, w, bias, x0);
   if (saved) *saved = {x, w, bias, x0};
   return y;
 }
@@ -41,6 +42,10 @@ Tensor causal_conv1d_silu_forward(const Tensor& x, const Tensor& w, const Tensor
 Conv1dGrads causal_conv1d_silu_backward(const Conv1dSaved& s, const Tensor& dy, GradMask needed) {
   check_conv1d("causal_conv1d_silu_backward", s.x, s.w, s.bias, s.x0);
   check_same_shape("causal_conv1d_silu_backward", s.x, dy, "x", "dy");
+  check_same_device("causal_conv1d_silu_backward", s.x, dy);
+#if HYBRID_CUDA
+  if (dy.is_cuda()) return causal_conv1d_silu_backward_cuda(s, dy, needed);
+#endif
   return causal_conv1d_silu_backward_cpu(s, dy, needed);
 }
 

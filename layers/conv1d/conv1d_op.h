@@ -35,8 +35,10 @@ Var causal_conv1d_silu(const Var& x, const Var& w, const Var& bias, const Var& x
 // T < W-1). No gradient: decoding runs under NoGradGuard.
 Tensor conv1d_next_state(const Tensor& x0, const Tensor& x, int64_t W);
 
-// CPU reference (conv1d_cpu.cpp). No CUDA kernel yet: the dispatch refuses cuda tensors.
+// CPU reference (conv1d_cpu.cpp); the CUDA pair lives in conv1d_cuda.cu (W <= 16).
 Tensor causal_conv1d_silu_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& x0);
 Conv1dGrads causal_conv1d_silu_backward_cpu(const Conv1dSaved& s, const Tensor& dy, GradMask needed);
+Tensor causal_conv1d_silu_forward_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& x0);
+Conv1dGrads causal_conv1d_silu_backward_cuda(const Conv1dSaved& s, const Tensor& dy, GradMask needed);
 
 }  // namespace hyb

@@ -38,9 +38,6 @@ GatedDeltaDims gated_delta_rule_dims(const char* op, const Tensor& q, const Tens
     check_same_device(op, q, S0);
   }
   for (const Tensor* t : {&k, &v, &beta, &g}) check_same_device(op, q, *t);
-#if HYBRID_CUDA
-  HYB_CHECK(!q.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
   d.v_per_qk = d.HV / d.H;
   return d;
 }
@@ -52,6 +49,12 @@ GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, con
   HYB_CHECK(p.chunk_size >= 0, "gated_delta_rule_forward: chunk_size must be >= 0 (0 = recurrent), got ",
             p.chunk_size);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
+  if (q.is_cuda()) {
+    HYB_CHECK(q.dtype() != DType::f64, "gated_delta_rule_forward: the CUDA path computes on f32 or bf16, got f64");
+    GatedDeltaOutputs r = gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
+    if (saved) *saved = {q, k, v, beta, g, S0, p};
+    return r;
+  }
   GatedDeltaOutputs r = p.chunk_size > 0 ? gated_delta_rule_chunked_forward_cpu(q, k, v, beta, g, S0, scale, p.chunk_size)
                                          : gated_delta_rule_forward_cpu(q, k, v, beta, g, S0, scale);
   if (saved) *saved = {q, k, v, beta, g, S0, p};
@@ -67,6 +70,10 @@ GatedDeltaGrads gated_delta_rule_backward(const GatedDeltaSaved& s, const Tensor
   HYB_CHECK(!dfinal.defined() || (dfinal.shape() == Shape({d.B, d.HV, d.K, d.V}) && dfinal.dtype() == s.g.dtype()),
             "gated_delta_rule_backward: the final-state gradient is ", dfinal.str(), "; it must be (B, HV, K, V) = (",
             d.B, ", ", d.HV, ", ", d.K, ", ", d.V, ") in ", dtype_name(s.g.dtype()));
+  HYB_CHECK(dout.device() == s.q.device() && (!dfinal.defined() || dfinal.device() == s.q.device()),
+            "gated_delta_rule_backward: dout and the final-state gradient must be on the device of q (",
+            s.q.device().str(), ")");
+  if (s.q.is_cuda()) return gated_delta_rule_backward_kernels(s, dout, dfinal, needed);
   return s.params.chunk_size > 0 ? gated_delta_rule_chunked_backward_cpu(s, dout, dfinal, needed)
                                  : gated_delta_rule_backward_cpu(s, dout, dfinal, needed);
 }

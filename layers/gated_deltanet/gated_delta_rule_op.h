@@ -63,7 +63,9 @@ GatedDeltaVars gated_delta_rule(const Var& q, const Var& k, const Var& v, const 
                                 const GatedDeltaParams& p);
 
 // The CPU forms: recurrent (gated_delta_rule_cpu.cpp) and chunked (gated_delta_rule_chunked_cpu.cpp).
-// No CUDA kernel yet: the dispatch refuses cuda tensors.
+// The CUDA path is gated_delta_rule_*_kernels (gated_delta_rule_kernels.cpp): the chunk-toolkit
+// sequence, always chunks of 64 tokens whatever chunk_size says (0 included), f32 or bf16 q, k, v with
+// f32 beta, g and states; on CPU tensors it runs the toolkit's loop twins (tests only).
 constexpr int64_t kGatedDeltaCheckpoint = 64;
 GatedDeltaOutputs gated_delta_rule_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                                const Tensor& g, const Tensor& S0, double scale);
@@ -74,5 +76,9 @@ GatedDeltaOutputs gated_delta_rule_chunked_forward_cpu(const Tensor& q, const Te
                                                        double scale, int64_t chunk);
 GatedDeltaGrads gated_delta_rule_chunked_backward_cpu(const GatedDeltaSaved& s, const Tensor& dout,
                                                       const Tensor& dfinal, GradMask needed);
+GatedDeltaOutputs gated_delta_rule_forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const Tensor& beta, const Tensor& g, const Tensor& S0, double scale);
+GatedDeltaGrads gated_delta_rule_backward_kernels(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                                  GradMask needed);
 
 }  // namespace hyb

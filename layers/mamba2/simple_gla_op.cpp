@@ -37,9 +37,6 @@ SimpleGlaDims simple_gla_dims(const char* op, const Tensor& q, const Tensor& k, 
   check_same_device(op, q, k);
   check_same_device(op, q, v);
   check_same_device(op, q, g);
-#if HYBRID_CUDA
-  HYB_CHECK(!q.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
   d.heads_per_group = d.H / d.Gq;
   return d;
 }
@@ -49,6 +46,12 @@ SimpleGlaOutputs simple_gla_forward(const Tensor& q, const Tensor& k, const Tens
   const SimpleGlaDims d = simple_gla_dims("simple_gla_forward", q, k, v, g, S0);
   HYB_CHECK(p.chunk_size >= 0, "simple_gla_forward: chunk_size must be >= 0 (0 = recurrent), got ", p.chunk_size);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
+  if (q.is_cuda()) {
+    HYB_CHECK(q.dtype() != DType::f64, "simple_gla_forward: the CUDA path computes on f32 or bf16, got f64");
+    SimpleGlaOutputs r = simple_gla_forward_kernels(q, k, v, g, S0, scale);
+    if (saved) *saved = {q, k, v, g, S0, p};
+    return r;
+  }
   SimpleGlaOutputs r = p.chunk_size > 0 ? simple_gla_chunked_forward_cpu(q, k, v, g, S0, scale, p.chunk_size)
                                         : simple_gla_forward_cpu(q, k, v, g, S0, scale);
   if (saved) *saved = {q, k, v, g, S0, p};
@@ -63,6 +66,9 @@ SimpleGlaGrads simple_gla_backward(const SimpleGlaSaved& s, const Tensor& dout, 
   HYB_CHECK(!dfinal.defined() || (dfinal.shape() == Shape({d.B, d.H, d.K, d.V}) && dfinal.dtype() == s.g.dtype()),
             "simple_gla_backward: the final-state gradient is ", dfinal.str(), "; it must be (B, H, K, V) = (", d.B,
             ", ", d.H, ", ", d.K, ", ", d.V, ") in ", dtype_name(s.g.dtype()));
+  HYB_CHECK(dout.device() == s.q.device() && (!dfinal.defined() || dfinal.device() == s.q.device()),
+            "simple_gla_backward: dout and the final-state gradient must be on the device of q (", s.q.device().str(), ")");
+  if (s.q.is_cuda()) return simple_gla_backward_kernels(s, dout, dfinal, needed);
   return s.params.chunk_size > 0 ? simple_gla_chunked_backward_cpu(s, dout, dfinal, needed)
                                  : simple_gla_backward_cpu(s, dout, dfinal, needed);
 }

@@ -58,8 +58,10 @@ struct SimpleGlaVars {
 SimpleGlaVars simple_gla(const Var& q, const Var& k, const Var& v, const Var& g, const Var& S0,
                          const SimpleGlaParams& p);
 
-// The CPU forms: recurrent (simple_gla_cpu.cpp) and chunked (simple_gla_chunked_cpu.cpp). No CUDA
-// kernel yet: the dispatch refuses cuda tensors.
+// The CPU forms: recurrent (simple_gla_cpu.cpp) and chunked (simple_gla_chunked_cpu.cpp). The CUDA
+// path is simple_gla_*_kernels (simple_gla_kernels.cpp): the chunk-toolkit sequence, always chunks of
+// 64 tokens whatever chunk_size says (0 included), f32 or bf16 q, k, v with f32 g and states; on CPU
+// tensors it runs the toolkit's loop twins (tests only).
 constexpr int64_t kSimpleGlaCheckpoint = 64;
 SimpleGlaOutputs simple_gla_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                         const Tensor& S0, double scale);
@@ -69,5 +71,9 @@ SimpleGlaOutputs simple_gla_chunked_forward_cpu(const Tensor& q, const Tensor& k
                                                 const Tensor& S0, double scale, int64_t chunk);
 SimpleGlaGrads simple_gla_chunked_backward_cpu(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                                GradMask needed);
+SimpleGlaOutputs simple_gla_forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                            const Tensor& S0, double scale);
+SimpleGlaGrads simple_gla_backward_kernels(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                           GradMask needed);
 
 }  // namespace hyb

@@ -15,9 +15,6 @@ void check_gated_rmsnorm(const char* op, const Tensor& x, const Tensor& z, const
             dtype_name(x.dtype()), ", ", dtype_name(z.dtype()), " and ", dtype_name(w.dtype()));
   check_same_device(op, x, z);
   check_same_device(op, x, w);
-#if HYBRID_CUDA
-  HYB_CHECK(!x.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
 }
 
 }  // namespace
@@ -27,7 +24,11 @@ Tensor gated_rmsnorm_forward(const Tensor& x, const Tensor& z, const Tensor& w, 
   check_gated_rmsnorm("gated_rmsnorm_forward", x, z, w);
   HYB_CHECK(eps > 0, "gated_rmsnorm_forward: eps must be > 0, got ", eps);
   Tensor rstd;
-  Tensor y = gated_rmsnorm_forward_cpu(x, z, w, eps, order, saved ? &rstd : nullptr);
+  Tensor y;
+#if HYBRID_CUDA
+  if (x.is_cuda()) y = gated_rmsnorm_forward_cuda(x, z, w, eps, order, saved ? &rstd : nullptr);
+#endif
+  if (!y.defined()) y = gated_rmsnorm_forward_cpu(x, z, w, eps, order, saved ? &rstd : nullptr);
   if (saved) *saved = {x, z, w, rstd, eps, order};
   return y;
 }
@@ -35,6 +36,10 @@ Tensor gated_rmsnorm_forward(const Tensor& x, const Tensor& z, const Tensor& w, 
 GatedRmsNormGrads gated_rmsnorm_backward(const GatedRmsNormSaved& s, const Tensor& dy, GradMask needed) {
   check_gated_rmsnorm("gated_rmsnorm_backward", s.x, s.z, s.w);
   check_same_shape("gated_rmsnorm_backward", s.x, dy, "x", "dy");
+  check_same_device("gated_rmsnorm_backward", s.x, dy);
+#if HYBRID_CUDA
+  if (dy.is_cuda()) return gated_rmsnorm_backward_cuda(s, dy, needed);
+#endif
   return gated_rmsnorm_backward_cpu(s, dy, needed);
 }
 

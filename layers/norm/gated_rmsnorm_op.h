@@ -18,7 +18,8 @@ struct GatedRmsNormSaved {  // exactly what gated_rmsnorm_backward reads
   Tensor x;                 // (..., Gs)
   Tensor z;                 // (..., Gs) the gate input
   Tensor w;                 // a suffix of x's shape
-  Tensor rstd;              // (rows,) dtype of x: r of the row, one pass saved in the backward
+  Tensor rstd;              // (rows,) r of the row, one pass saved in the backward: x's dtype on the
+                            // CPU, f32 on CUDA
   double eps = 1e-5;
   GatedNormOrder order = GatedNormOrder::gate_then_norm;
 };
@@ -33,9 +34,12 @@ Tensor gated_rmsnorm_forward(const Tensor& x, const Tensor& z, const Tensor& w, 
 GatedRmsNormGrads gated_rmsnorm_backward(const GatedRmsNormSaved& s, const Tensor& dy, GradMask needed);
 Var gated_rmsnorm(const Var& x, const Var& z, const Var& w, double eps, GatedNormOrder order);
 
-// CPU reference (gated_rmsnorm_cpu.cpp). No CUDA kernel yet: the dispatch refuses cuda tensors.
+// CPU reference (gated_rmsnorm_cpu.cpp); the CUDA pair lives in gated_rmsnorm_cuda.cu.
 Tensor gated_rmsnorm_forward_cpu(const Tensor& x, const Tensor& z, const Tensor& w, double eps, GatedNormOrder order,
                                  Tensor* rstd);
 GatedRmsNormGrads gated_rmsnorm_backward_cpu(const GatedRmsNormSaved& s, const Tensor& dy, GradMask needed);
+Tensor gated_rmsnorm_forward_cuda(const Tensor& x, const Tensor& z, const Tensor& w, double eps, GatedNormOrder order,
+                                  Tensor* rstd);
+GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const Tensor& dy, GradMask needed);
 
 }  // namespace hyb

@@ -15,9 +15,6 @@ void check_ssm_decay(const char* op, const Tensor& x, const Tensor& dt_bias, con
             dtype_name(x.dtype()), ", ", dtype_name(dt_bias.dtype()), " and ", dtype_name(A_log.dtype()));
   check_same_device(op, x, dt_bias);
   check_same_device(op, x, A_log);
-#if HYBRID_CUDA
-  HYB_CHECK(!x.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
 }
 
 }  // namespace
@@ -26,7 +23,11 @@ SsmDecayOutputs ssm_decay_forward(const Tensor& x, const Tensor& dt_bias, const 
                                   SsmDecaySaved* saved) {
   check_ssm_decay("ssm_decay_forward", x, dt_bias, A_log);
   HYB_CHECK(lo >= 0 && lo <= hi, "ssm_decay_forward: the dt clamp must satisfy 0 <= lo <= hi, got [", lo, ", ", hi, "]");
-  SsmDecayOutputs r = ssm_decay_forward_cpu(x, dt_bias, A_log, lo, hi);
+  SsmDecayOutputs r;
+#if HYBRID_CUDA
+  if (x.is_cuda()) r = ssm_decay_forward_cuda(x, dt_bias, A_log, lo, hi);
+#endif
+  if (!r.dt.defined()) r = ssm_decay_forward_cpu(x, dt_bias, A_log, lo, hi);
   if (saved) *saved = {x, dt_bias, A_log, r.g, lo, hi};
   return r;
 }
@@ -35,6 +36,11 @@ SsmDecayGrads ssm_decay_backward(const SsmDecaySaved& s, const Tensor& ddt, cons
   check_ssm_decay("ssm_decay_backward", s.x, s.dt_bias, s.A_log);
   if (ddt.defined()) check_same_shape("ssm_decay_backward", s.x, ddt, "x", "ddt");
   if (dg.defined()) check_same_shape("ssm_decay_backward", s.x, dg, "x", "dg");
+  for (const Tensor* t : {&ddt, &dg})
+    if (t->defined()) check_same_device("ssm_decay_backward", s.x, *t);
+#if HYBRID_CUDA
+  if (s.x.is_cuda()) return ssm_decay_backward_cuda(s, ddt, dg, needed);
+#endif
   return ssm_decay_backward_cpu(s, ddt, dg, needed);
 }
 

@@ -38,8 +38,10 @@ struct SsmDecayVars {
 };
 SsmDecayVars ssm_decay(const Var& x, const Var& dt_bias, const Var& A_log, double lo, double hi);
 
-// CPU reference (ssm_decay_cpu.cpp). No CUDA kernel yet: the dispatch refuses cuda tensors.
+// CPU reference (ssm_decay_cpu.cpp); the CUDA pair lives in ssm_decay_cuda.cu.
 SsmDecayOutputs ssm_decay_forward_cpu(const Tensor& x, const Tensor& dt_bias, const Tensor& A_log, double lo, double hi);
 SsmDecayGrads ssm_decay_backward_cpu(const SsmDecaySaved& s, const Tensor& ddt, const Tensor& dg, GradMask needed);
+SsmDecayOutputs ssm_decay_forward_cuda(const Tensor& x, const Tensor& dt_bias, const Tensor& A_log, double lo, double hi);
+SsmDecayGrads ssm_decay_backward_cuda(const SsmDecaySaved& s, const Tensor& ddt, const Tensor& dg, GradMask needed);
 
 }  // namespace hyb

@@ -1,0 +1,62 @@
+// The gated delta rule on CUDA (always chunked, WY/UT, 64 tokens) against the f64 recurrent CPU
+// reference: output, final state and every gradient (q, k, v, beta, g, S0) with a random final-state
+// gradient, for T not a multiple of the chunk, HV = H and HV = 2H, K and V off the 64-wide tiles, and
+// a run with beta = 0 on a stretch of tokens (NAtS-L's softmax-routed chunks).
+#include <catch2/catch.hpp>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops/cast.h"
+#include "core/rng.h"
+#include "layers/gated_deltanet/gated_delta_rule_op.h"
+#include "layers/norm/l2norm_op.h"
+#include "parity.h"
+
+using namespace hyb;
+
+namespace {
+
+Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
+  Tensor t = Tensor::empty(shape, DType::f64);
+  fill_uniform(t, seed, "test.uniform", lo, hi);
+  return t;
+}
+
+// beta, the decays and the state stay f32 when the activations are bf16 (gated_deltanet.md 2.5).
+Var state_dtype(const Var& x, const Var& like) { return like.dtype() == DType::bf16 ? cast(x, DType::f32) : x; }
+
+}  // namespace
+
+TEST_CASE("gated_delta_rule on cuda matches the recurrent cpu reference, outputs and every gradient",
+          "[gated_delta_rule][gpu]") {
+  struct Case {
+    int64_t B, T, H, HV, K, V;
+    bool s0, zero_beta;
+  };
+  for (const Case& c : {Case{2, 37, 2, 2, 16, 16, false, false}, Case{1, 1, 1, 2, 8, 5, true, false},
+                        Case{1, 63, 2, 4, 32, 24, true, false}, Case{1, 64, 1, 1, 64, 64, true, false},
+                        Case{2, 65, 2, 2, 20, 70, true, false}, Case{1, 130, 2, 4, 32, 32, true, false},
+                        Case{1, 133, 1, 2, 128, 40, false, false}, Case{1, 150, 2, 2, 16, 16, true, true}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                         << (c.s0 ? " S0" : "") << (c.zero_beta ? " beta 0 on tokens 40..109" : "")) {
+      auto unit = [&](uint64_t s) {
+        return l2norm_forward(random_tensor({c.B, c.T, c.H, c.K}, s), 1e-12, L2NormEps::clamp, nullptr);
+      };
+      Tensor beta = uniform({c.B, c.T, c.HV}, 4, 0.05, 0.95);
+      if (c.zero_beta) beta.narrow(1, 40, 70).copy_(Tensor::zeros({c.B, 70, c.HV}, DType::f64));
+      std::vector<Tensor> in{unit(1), unit(2), random_tensor({c.B, c.T, c.HV, c.V}, 3), beta,
+                             uniform({c.B, c.T, c.HV}, 5, -0.6, -0.02)};
+      if (c.s0) in.push_back(random_tensor({c.B, c.HV, c.K, c.V}, 6, DType::f64, 0.5));
+      ParityOptions opt;
+      opt.tol_f32 = 5e-5;  // chunked fp32 with an fp32 triangular solve against the f64 recurrence
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            GatedDeltaVars y = gated_delta_rule(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
+                                                c.s0 ? state_dtype(x[5], x[0]) : Var(), GatedDeltaParams{});
+            return std::vector<Var>{y.o, y.final_state};
+          },
+          in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}

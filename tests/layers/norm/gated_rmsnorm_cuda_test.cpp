@@ -1,0 +1,29 @@
+// The gated RMSNorm on CUDA against the f64 CPU reference, both orders: output and the gradients of
+// x, z and the gain, with a gain per group (Mamba2's (G, Gs)) or shared by all groups (GDN's (Gs,)).
+#include <catch2/catch.hpp>
+
+#include "autograd/gradcheck.h"
+#include "layers/norm/gated_rmsnorm_op.h"
+#include "parity.h"
+
+using namespace hyb;
+
+TEST_CASE("gated_rmsnorm on cuda matches the cpu reference in both orders, output and all gradients",
+          "[gated_rmsnorm][gpu]") {
+  struct Case {
+    Shape x, w;
+  };
+  for (auto order : {GatedNormOrder::gate_then_norm, GatedNormOrder::norm_then_gate})
+    for (const Case& c : {Case{{2, 37, 3, 50}, {3, 50}}, Case{{2, 37, 3, 50}, {50}}, Case{{3, 11, 1, 1000}, {1, 1000}},
+                          Case{{5, 7}, {7}}}) {
+      DYNAMIC_SECTION((order == GatedNormOrder::gate_then_norm ? "gate_then_norm" : "norm_then_gate")
+                      << " x " << shape_str(c.x) << " w " << shape_str(c.w)) {
+        auto r = cuda_parity(
+            [&](const std::vector<Var>& x) { return std::vector<Var>{gated_rmsnorm(x[0], x[1], x[2], 1e-5, order)}; },
+            {random_tensor(c.x, 1, DType::f64, 1.5), random_tensor(c.x, 2, DType::f64, 2.0),
+             random_tensor(c.w, 3, DType::f64, 0.3, 1.0)});
+        INFO(r.report);
+        REQUIRE(r.ok);
+      }
+    }
+}
