@@ -1,6 +1,8 @@
 // `hybrid eval --checkpoint DIR [--data SHARD...] [--set PATH=VALUE ...] [--max-windows M] [--batch B]
-//  [--out FILE]`: loss, perplexity, token accuracy and bits per byte of a checkpoint (eval.md 2) on the
-// config's validation split or the shards given. --set applies to the checkpoint's resolved config
+//  [--out FILE] [--omega-l [--bucket W] [--svg FILE]]`: loss, perplexity, token accuracy and bits per byte of
+// a checkpoint (eval.md 2) on the config's validation split or the shards given; with --omega-l also
+// the NHA long-term ratio probe on the same windows (eval.md 6.1: a probe.omega_l record, and with
+// --svg the layer x position heat map). --set applies to the checkpoint's resolved config
 // before the model is built (a layer's window can change; a shape change fails at load naming the
 // tensor). The record goes to DIR/eval.jsonl (or --out).
 #include <spdlog/spdlog.h>
@@ -10,6 +12,8 @@
 
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "core/safetensors.h"
+#include "eval/omega_probe.h"
 #include "eval/perplexity.h"
 #include "eval/records.h"
 #include "train/checkpoint.h"
@@ -27,7 +31,11 @@ int cmd_eval(Args& args) {
   const int64_t max_windows = args.integer("--max-windows", -1);
   const int64_t batch = args.integer("--batch", 8);
   std::string out = args.value("--out", "");
+  const bool omega = args.flag("--omega-l");
+  const int64_t bucket = args.integer("--bucket", 0);
+  const std::string svg = args.value("--svg", "");
   args.finish();
+  HYB_CHECK(omega || (bucket == 0 && svg.empty()), "eval: --bucket and --svg go with --omega-l");
   LoadedModel lm = load_model_from_checkpoint(dir, sets, /*check_files=*/data.empty());
   const RunConfig& rc = lm.config;
   TokenStream stream;
@@ -65,6 +73,15 @@ int cmd_eval(Args& args) {
       .add("bits_per_byte", bpb)
       .add("token_acc", r.token_acc());
   append_record(out, rec);
+  if (omega) {
+    const OmegaProbe p = probe_omega_l(*lm.model, windows, T, batch, lm.device, lm.compute,
+                                       bucket > 0 ? bucket : std::max<int64_t>(1, T / 32));
+    for (size_t l = 0; l < p.layers.size(); ++l)
+      std::printf("omega_L layer %lld%s: %.4f\n", static_cast<long long>(p.layers[l].index),
+                  p.layers[l].full_window ? " (full window)" : "", p.by_layer[l]);
+    append_record(out, omega_record(p, {fs::path(dir).filename().string(), rc.sha256, lm.step, rc.train ? rc.train->seed : 0}));
+    if (!svg.empty()) write_file_atomic(svg, render_svg(omega_heat_map(p)));
+  }
   return 0;
 }
 

@@ -56,6 +56,11 @@ class NhaMixer : public Mixer {
   // omega_L (B, T, Hq) of the last forward when emit_long_ratio is set (nha.md 2.6): the slots' share
   // of the softmax mass; under a weighted fusion, lambda. Undefined otherwise.
   const Tensor& long_ratio() const { return long_ratio_; }
+  // Turns omega_L on or off for later forwards (an evaluation probe; the config key sets the default).
+  void set_emit_long_ratio(bool on) {
+    cfg_.emit_long_ratio = on;
+    if (!on) long_ratio_ = Tensor();
+  }
 
  private:
   Var run(const Var& x, NhaState* state);
