@@ -57,7 +57,7 @@ struct Run {
 // Trains `run` on threads; returns rank 0's result (every rank returns the same losses).
 TrainRunResult train_on_threads(const std::string& dir, const std::string& name, const Run& run) {
   RunConfig rc = load_run_config(dir + "/cfg.json",
-                                 {"train.out_dir=\"" + dir + "/" + name + "\"", "train.grad_accum=" + std::to_string(run.grad_accum),
+                                 {"train.device=\"cpu\"", "train.out_dir=\"" + dir + "/" + name + "\"", "train.grad_accum=" + std::to_string(run.grad_accum),
                                   std::string("train.data_parallel.zero1=") + (run.zero1 ? "true" : "false"),
                                   "train.data_parallel.bucket_mb=" + std::to_string(run.bucket_mb)});
   if (run.ranks == 1) return train_run(rc, run.resume, nullptr);
