@@ -44,7 +44,8 @@ Trainer::Trainer(CausalLM& model, BatchSource& data, ValidateFn validate, Traine
       opt_(std::move(options)),
       params_(optimizer_params(model, rule)),
       schedule_(opt_.schedule) {
-  if (world() > 1) {
+  // A communicator of one rank still runs the data-parallel path (the GPU tests use that).
+  if (opt_.comm) {
     sync_ = std::make_unique<GradSync>(params_, *opt_.comm, opt_.bucket_mb, opt_.zero1);
     // Every rank starts from rank 0's weights, whatever its initialisation did.
     opt_.comm->after_compute();
@@ -120,7 +121,7 @@ bool Trainer::train_step(double* loss_out, double* norm_out) {
   }
   if (sync_) sync_->finish();
   *loss_out = loss_sum / double(opt_.grad_accum);
-  if (world() > 1) *loss_out = opt_.comm->all_reduce_host(*loss_out, ReduceOp::mean, opt_.device);
+  if (opt_.comm) *loss_out = opt_.comm->all_reduce_host(*loss_out, ReduceOp::mean, opt_.device);
 
   std::string bad;
   if (!std::isfinite(*loss_out)) {
@@ -161,7 +162,7 @@ void Trainer::validate_and_log() {
     v = validate_(model_, rank(), world());
     model_.set_training(true);
   }
-  if (world() > 1) {
+  if (opt_.comm) {
     const std::vector<double> sums = opt_.comm->all_reduce_host(
         {v.nll_sum, double(v.targets), double(v.correct), double(v.windows)}, ReduceOp::sum, opt_.device);
     v = {sums[0], int64_t(sums[3]), int64_t(sums[1]), int64_t(sums[2])};

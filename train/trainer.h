@@ -60,7 +60,7 @@ struct TrainerOptions {
   DType compute = DType::f32;
   std::string config_text, config_sha256;
   RecordEnvelope envelope;  // run, config_sha256, seed (step is filled per record)
-  Communicator* comm = nullptr;  // null or one rank: no data parallelism
+  Communicator* comm = nullptr;  // null: one rank, no data-parallel machinery
   double bucket_mb = 25;
   bool zero1 = false;
 };
