@@ -1,7 +1,7 @@
 // Every primitive of the chunk toolkit (kernels/chunk_ops.h) on CUDA against its CPU twin, on one
 // chained computation with random inputs: T = 70 (a full and a padded chunk), heads shared through
 // hdiv, transposed and token-scaled views, a bf16 operand, z aliasing out with exp(zlog), single-chunk
-// launches, both scans, the row reductions and the token writers. A failure names the primitive, so
+// launches, the state scans and both delta-rule scans, the row reductions and the token writers. A failure names the primitive, so
 // a wrong op-level result can be traced to one kernel.
 #include <catch2/catch.hpp>
 
@@ -83,6 +83,16 @@ TEST_CASE("each chunk toolkit primitive on cuda equals its cpu twin", "[chunk_op
     chunk_to_tokens(grouped, Y, H / Hq, nullptr, 1.f, d);
     chunk_to_tokens(scaled, X, 1, &gt.beta, 0.3f, d);
     out["to tokens, head groups, bf16"] = grouped, out["to tokens, row scale"] = scaled;
+    // The delta-rule scan both ways (F3 with A = -W, Bm = (kd .* K)^T; stage 1 with A = kd .* K,
+    // Bm = -W^T), on copies of X as T and of S / R as the states.
+    ChunkBuffer Tf(d, d.NC, kScanChunk, V), Tr(d, d.NC, kScanChunk, V), Sf(d, d.NC + 1, K, V), Sr(d, d.NC + 1, K, V);
+    Tf.t.copy_(X.t), Tr.t.copy_(X.t), Sf.t.copy_(S.t), Sr.t.copy_(R.t);
+    ChunkBuffer Wq(d, d.NC, kScanChunk, K);
+    chunk_gemm(Wq.view(0, 1), Ainv.view(0, 1), scale_by(qv, gt.bg), nullptr, Tensor(), 1.f, d);
+    chunk_delta_scan(Sf, Tf, Wq.view(0, 1), -1.f, scale_by(qv.t(), gt.kd), 1.f, gt.Glast, false, d);
+    chunk_delta_scan(Sr, Tr, scale_by(qv, gt.kd), 1.f, Wq.view(0, 1).t(), -1.f, gt.Glast, true, d);
+    out["delta scan forward, T"] = Tf.t, out["delta scan forward, states"] = Sf.t;
+    out["delta scan reverse, T"] = Tr.t, out["delta scan reverse, states"] = Sr.t;
     Tensor last = Tensor::empty({B, H, K, V}, DType::f32, dev);
     chunk_slot_store(last, S, d.NC);
     out["slot store"] = last;
