@@ -260,6 +260,37 @@ void chunk_state_scan(const ChunkBuffer& states, const Tensor& Glast, bool rever
   }
 }
 
+void chunk_delta_scan(const ChunkBuffer& states, const ChunkBuffer& T, const ChunkView& A, float sign_a,
+                      const ChunkView& Bm, float sign_b, const Tensor& Glast, bool reverse, const ChunkDims& d) {
+  HYB_ASSERT(states.slots == d.NC + 1 && T.slots == d.NC && T.rows == kScanChunk && T.cols == states.cols &&
+                 A.rows == kScanChunk && A.cols == states.rows && Bm.rows == states.rows && Bm.cols == kScanChunk &&
+                 d.nc == 0,
+             "chunk_delta_scan: states (", states.rows, " x ", states.cols, "), T (", T.rows, " x ", T.cols, "), A (",
+             A.rows, " x ", A.cols, "), Bm (", Bm.rows, " x ", Bm.cols, ")");
+  if (on_cuda(d)) {
+#if HYBRID_CUDA
+    chunk_cuda::delta_scan(states.data(), T.data(), states.rows, states.cols, A, sign_a, Bm, sign_b,
+                           Glast.data<float>(), reverse, d);
+    return;
+#else
+    no_cuda("chunk_delta_scan");
+#endif
+  }
+  // The twin: the same recurrence as two GEMMs (and an axpy) per chunk.
+  const ChunkView tv = T.view(0, 1), s_c = states.view(0), s_next = states.view(1);
+  for (int64_t step = 0; step < d.NC; ++step) {
+    const int64_t c = reverse ? d.NC - 1 - step : step;
+    const ChunkDims dc = d.at(c);
+    chunk_gemm(tv, A, reverse ? s_next : s_c, &tv, Tensor(), sign_a, dc);
+    if (reverse) {
+      chunk_gemm(s_c, Bm, tv, &s_c, Tensor(), sign_b, dc);
+      chunk_axpy(s_c, s_next, Glast, dc);
+    } else {
+      chunk_gemm(s_next, Bm, tv, &s_c, Glast, sign_b, dc);
+    }
+  }
+}
+
 void chunk_rowdot(const ChunkVec& vec, const ChunkView& x, const ChunkView& y, float alpha, const ChunkDims& d) {
   HYB_ASSERT(x.rows == kScanChunk && y.rows == kScanChunk && x.cols == y.cols && d.nc == 0,
              "chunk_rowdot: needs (chunk x n) views of one width over all chunks");

@@ -94,6 +94,17 @@ void chunk_axpy(const ChunkView& dst, const ChunkView& src, const Tensor& slog, 
 //   reverse: slot c += exp(Glast_c) slot c + 1,  c = NC-1 .. 0   (local gradients -> D, slot 0 = dS0)
 void chunk_state_scan(const ChunkBuffer& states, const Tensor& Glast, bool reverse, const ChunkDims& d);
 
+// The sequential part of the delta rule (gated_deltanet.md 4.3 F3, 4.4 stage 1), per (b, h) over the
+// chunks in order (reverse: NC-1 .. 0), with S the running (K x V) state read from slot 0 (reverse:
+// slot NC) of `states`:
+//   T_c = T_c + sign_a * A_c @ S                      T: (kScanChunk x V) chunk buffer, in place
+//   S   = exp(Glast_c) S + sign_b * Bm_c @ T_c         reverse: + states slot c (read before written)
+//   states slot c + 1 (reverse: slot c) = S
+// A: (kScanChunk x K) view, Bm: (K x kScanChunk) view. K <= 256 on CUDA (the state tile stays in
+// shared memory).
+void chunk_delta_scan(const ChunkBuffer& states, const ChunkBuffer& T, const ChunkView& A, float sign_a,
+                      const ChunkView& Bm, float sign_b, const Tensor& Glast, bool reverse, const ChunkDims& d);
+
 // vec[b, h, c, r] += alpha * sum_col x(r, col) y(r, col) for r < kScanChunk (x, y: kScanChunk rows).
 void chunk_rowdot(const ChunkVec& vec, const ChunkView& x, const ChunkView& y, float alpha, const ChunkDims& d);
 
@@ -123,6 +134,8 @@ void mask(float* a, const float* src, const float* G, const float* rowscale, boo
 void unit_lower_inverse(float* out, const float* m, const ChunkDims& d);
 void axpy(const ChunkView& dst, const ChunkView& src, const float* slog, const ChunkDims& d);
 void state_scan(float* states, const float* Glast, int64_t KV, bool reverse, const ChunkDims& d);
+void delta_scan(float* states, float* T, int64_t K, int64_t V, const ChunkView& A, float sign_a, const ChunkView& Bm,
+                float sign_b, const float* Glast, bool reverse, const ChunkDims& d);
 void rowdot(float* vec, const ChunkView& x, const ChunkView& y, float alpha, const ChunkDims& d);
 void inner_last(float* vec, const ChunkView& a, const ChunkView& b, const ChunkDims& d);
 void vec_to_tokens(float* out, const float* vec, bool reverse_cumsum, const ChunkDims& d);

@@ -187,6 +187,112 @@ __global__ void chunk_state_scan_kernel(float* __restrict__ states, const float*
   }
 }
 
+// chunk_delta_scan: grid (B H, ceil(V / 64)), kThreads = 16 x 16 threads; one block owns 64 columns
+// of one (b, h) state and walks the chunks in order, the state tile staying in shared memory.
+// smem (dynamic): s_S [Kp][65] (K rounded up to 64, rows >= K stay 0), s_T [64][65], s_stage [64][33].
+// Phase A: T_c tile = T_c + sign_a A_c @ S (reduction over K in slices of 32 staged from A).
+// Phase B: S = exp(Glast_c) S + sign_b Bm_c @ T_c (+ slot c when reverse), by row tiles of 64; each S
+// element is read and written by one thread, and phase B reads only s_T and the staged Bm.
+__global__ void chunk_delta_scan_kernel(float* __restrict__ states, float* __restrict__ Tb, ChunkView A, float sign_a,
+                                        ChunkView Bm, float sign_b, const float* __restrict__ Glast, bool reverse,
+                                        int64_t T, int64_t H, int64_t NC, int K, int Kp, int V) {
+  extern __shared__ float s_mem[];
+  float* s_S = s_mem;                        // [Kp][kTile + 1]
+  float* s_T = s_S + Kp * (kTile + 1);       // [kTile][kTile + 1]
+  float* s_st = s_T + kTile * (kTile + 1);   // [kTile][kSlice + 1]
+  constexpr int ldS = kTile + 1, ldT = kTile + 1, ldst = kSlice + 1;
+  const int64_t bh = blockIdx.x, b = bh / H, h = bh % H;
+  const int v0 = int(blockIdx.y) * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t KV = int64_t(K) * V;
+  float* st = states + bh * (NC + 1) * KV;  // slot s at st + s KV
+  float* tb = Tb + bh * NC * kScanChunk * V;  // chunk c at tb + c kScanChunk V
+  {
+    const float* init = st + (reverse ? NC : 0) * KV;
+    for (int e = threadIdx.x; e < Kp * kTile; e += kThreads) {
+      const int m = e / kTile, n = e % kTile;
+      s_S[m * ldS + n] = (m < K && v0 + n < V) ? init[int64_t(m) * V + v0 + n] : 0.f;
+    }
+  }
+  __syncthreads();
+  for (int64_t step = 0; step < NC; ++step) {
+    const int64_t c = reverse ? NC - 1 - step : step;
+    const ChunkBatch q{b, h, c};
+    // Phase A.
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += kSlice) {
+      for (int i = threadIdx.x; i < kTile * kSlice; i += kThreads) {
+        const int r = i / kSlice, k = i % kSlice;
+        s_st[r * ldst + k] = chunk_at(A, q, r, k0 + k, T);
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kSlice; ++kk) {
+        float a[4], bv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = s_st[(ty + 16 * i) * ldst + kk];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bv[j] = s_S[(k0 + kk) * ldS + tx + 16 * j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * bv[j];
+      }
+      __syncthreads();
+    }
+    float* tc = tb + c * kScanChunk * V;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int m = ty + 16 * i, n = tx + 16 * j;
+        float val = 0.f;
+        if (v0 + n < V) {
+          val = tc[int64_t(m) * V + v0 + n] + sign_a * acc[i][j];
+          tc[int64_t(m) * V + v0 + n] = val;
+        }
+        s_T[m * ldT + n] = val;
+      }
+    __syncthreads();
+    // Phase B.
+    const float decay = expf(Glast[bh * NC + c]);
+    float* out = st + (reverse ? c : c + 1) * KV;
+    for (int m0 = 0; m0 < K; m0 += kTile) {
+      float acc2[4][4] = {};
+      for (int k0 = 0; k0 < kScanChunk; k0 += kSlice) {
+        for (int i = threadIdx.x; i < kTile * kSlice; i += kThreads) {
+          const int r = i / kSlice, k = i % kSlice;
+          s_st[r * ldst + k] = chunk_at(Bm, q, m0 + r, k0 + k, T);
+        }
+        __syncthreads();
+        for (int kk = 0; kk < kSlice; ++kk) {
+          float a[4], bv[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[i] = s_st[(ty + 16 * i) * ldst + kk];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) bv[j] = s_T[(k0 + kk) * ldT + tx + 16 * j];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc2[i][j] += a[i] * bv[j];
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int m = m0 + ty + 16 * i, n = tx + 16 * j;
+          if (m >= K || v0 + n >= V) continue;
+          float val = decay * s_S[m * ldS + n] + sign_b * acc2[i][j];
+          if (reverse) val += out[int64_t(m) * V + v0 + n];
+          s_S[m * ldS + n] = val;
+          out[int64_t(m) * V + v0 + n] = val;
+        }
+    }
+    __syncthreads();
+  }
+}
+
 // Grid: one block per (b, h, c), kThreads threads; warp w takes rows w, w + 8, ...; lanes stride the
 // columns and reduce by shuffles, so each row's sum has a fixed order.
 __global__ void chunk_rowdot_kernel(float* __restrict__ vec, ChunkView x, ChunkView y, float alpha, int64_t T,
@@ -321,6 +427,19 @@ void state_scan(float* states, const float* Glast, int64_t KV, bool reverse, con
   const int blocks = grid_blocks(n, kThreads, d.device.index);
   chunk_state_scan_kernel<<<blocks, kThreads, 0, stream_of(d)>>>(states, Glast, d.B * d.H, d.NC, KV, reverse);
   HYB_CUDA_LAUNCH_CHECK("chunk_state_scan_kernel", blocks, kThreads, 0);
+}
+
+void delta_scan(float* states, float* T, int64_t K, int64_t V, const ChunkView& A, float sign_a, const ChunkView& Bm,
+                float sign_b, const float* Glast, bool reverse, const ChunkDims& d) {
+  HYB_CHECK(K <= 256, "chunk_delta_scan: K = ", K, " exceeds the 256 rows of the shared-memory state tile");
+  if (d.B * d.H == 0 || V == 0 || d.NC == 0) return;
+  const int Kp = int((K + kTile - 1) / kTile) * kTile;
+  const size_t smem = (size_t(Kp) * (kTile + 1) + size_t(kTile) * (kTile + 1) + size_t(kTile) * (kSlice + 1)) * sizeof(float);
+  HYB_CUDA_CHECK(cudaFuncSetAttribute(chunk_delta_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned(d.B * d.H), unsigned((V + kTile - 1) / kTile));
+  chunk_delta_scan_kernel<<<grid, kThreads, smem, stream_of(d)>>>(states, T, A, sign_a, Bm, sign_b, Glast, reverse,
+                                                                  d.T, d.H, d.NC, int(K), Kp, int(V));
+  HYB_CUDA_LAUNCH_CHECK("chunk_delta_scan_kernel", grid, kThreads, smem);
 }
 
 void rowdot(float* vec, const ChunkView& x, const ChunkView& y, float alpha, const ChunkDims& d) {

@@ -4,8 +4,8 @@
 // the same steps run as loops, which is how the CPU tests check this sequence.
 // Every product is an fp32 GEMM on fp32 scratch, so no MMA accumulator is ever an operand (4.8 item
 // 1) and the whole backward is 4.8 item 3's fp32 build; the triangular solve is fp32 forward
-// substitution, recomputed in the backward (4.5, 4.6 item 3). F3 and stage 1 are host loops over
-// chunks, two or three launches per chunk, each batched over (b, value head).
+// substitution, recomputed in the backward (4.5, 4.6 item 3). F3 and stage 1 are chunk_delta_scan:
+// one kernel each, a block per (b, value head, 64 state columns) walking the chunks.
 // Shared q/k heads (GVA): per-value-head dQ and dK are kept and summed over the value heads of each
 // q/k head in head order when written out (no atomics).
 #include <cmath>
@@ -41,12 +41,7 @@ Wy run_wy(const ChunkView& kv, const ChunkView& vv, const Tensor& g, const Tenso
   chunk_gemm(uv, ainv, scale_by(vv, w.gates.beta), nullptr, Tensor(), 1.f, d);
   // F3: U_c = U0_c - W_c @ S_c, S_{c+1} = gam_n S_c + (kd .* K)^T @ U_c, sequential over chunks.
   chunk_slot_load(w.states, 0, S0);
-  const ChunkView s_c = w.states.view(0), s_next = w.states.view(1), kdk_t = scale_by(kv.t(), w.gates.kd);
-  for (int64_t c = 0; c < d.NC; ++c) {
-    const ChunkDims dc = d.at(c);
-    chunk_gemm(uv, wv, s_c, &uv, Tensor(), -1.f, dc);
-    chunk_gemm(s_next, kdk_t, uv, &s_c, w.gates.Glast, 1.f, dc);
-  }
+  chunk_delta_scan(w.states, w.U, wv, -1.f, scale_by(kv.t(), w.gates.kd), 1.f, w.gates.Glast, false, d);
   return w;
 }
 
@@ -127,13 +122,7 @@ GatedDeltaGrads gated_delta_rule_backward_kernels(const GatedDeltaSaved& sv, con
   chunk_gemm(duv, pv.t(), dov, nullptr, Tensor(), float(scale), d);
   chunk_gemm(d_prev, scale_by(qv.t(), gt.gam), dov, nullptr, Tensor(), float(scale), d);
   chunk_slot_load(D, d.NC, dfinal);
-  const ChunkView kd_k = scale_by(kv, gt.kd);
-  for (int64_t c = d.NC - 1; c >= 0; --c) {
-    const ChunkDims dc = d.at(c);
-    chunk_gemm(duv, kd_k, d_end, &duv, Tensor(), 1.f, dc);
-    chunk_gemm(d_prev, wv.t(), duv, &d_prev, Tensor(), -1.f, dc);
-    chunk_axpy(d_prev, d_end, gt.Glast, dc);
-  }
+  chunk_delta_scan(D, dU, scale_by(kv, gt.kd), 1.f, wv.t(), -1.f, gt.Glast, true, d);
   if (want_dS0) chunk_slot_store(out.dS0, D, 0);
 
   // Stage 2 (S = S_c, D = D_c = slot c + 1).

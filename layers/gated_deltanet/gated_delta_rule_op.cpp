@@ -51,7 +51,12 @@ GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, con
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
   if (q.is_cuda()) {
     HYB_CHECK(q.dtype() != DType::f64, "gated_delta_rule_forward: the CUDA path computes on f32 or bf16, got f64");
+#if HYBRID_CUDA
+    GatedDeltaOutputs r = d.T == 1 ? gated_delta_rule_decode_cuda(q, k, v, beta, g, S0, scale)
+                                   : gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
+#else
     GatedDeltaOutputs r = gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
+#endif
     if (saved) *saved = {q, k, v, beta, g, S0, p};
     return r;
   }

@@ -80,5 +80,8 @@ GatedDeltaOutputs gated_delta_rule_forward_kernels(const Tensor& q, const Tensor
                                                    const Tensor& beta, const Tensor& g, const Tensor& S0, double scale);
 GatedDeltaGrads gated_delta_rule_backward_kernels(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                                   GradMask needed);
+// The one-token forward on CUDA (gated_delta_rule_decode.cu): one kernel on the state, the decode step.
+GatedDeltaOutputs gated_delta_rule_decode_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                               const Tensor& g, const Tensor& S0, double scale);
 
 }  // namespace hyb

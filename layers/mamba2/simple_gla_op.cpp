@@ -48,7 +48,12 @@ SimpleGlaOutputs simple_gla_forward(const Tensor& q, const Tensor& k, const Tens
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
   if (q.is_cuda()) {
     HYB_CHECK(q.dtype() != DType::f64, "simple_gla_forward: the CUDA path computes on f32 or bf16, got f64");
+#if HYBRID_CUDA
+    SimpleGlaOutputs r = d.T == 1 ? simple_gla_decode_cuda(q, k, v, g, S0, scale)
+                                  : simple_gla_forward_kernels(q, k, v, g, S0, scale);
+#else
     SimpleGlaOutputs r = simple_gla_forward_kernels(q, k, v, g, S0, scale);
+#endif
     if (saved) *saved = {q, k, v, g, S0, p};
     return r;
   }

@@ -75,5 +75,8 @@ SimpleGlaOutputs simple_gla_forward_kernels(const Tensor& q, const Tensor& k, co
                                             const Tensor& S0, double scale);
 SimpleGlaGrads simple_gla_backward_kernels(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                            GradMask needed);
+// The one-token forward on CUDA (simple_gla_decode.cu): one kernel on the state, the decode step.
+SimpleGlaOutputs simple_gla_decode_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                        const Tensor& S0, double scale);
 
 }  // namespace hyb

@@ -1,7 +1,9 @@
 // The gated delta rule on CUDA (always chunked, WY/UT, 64 tokens) against the f64 recurrent CPU
 // reference: output, final state and every gradient (q, k, v, beta, g, S0) with a random final-state
-// gradient, for T not a multiple of the chunk, HV = H and HV = 2H, K and V off the 64-wide tiles, and
-// a run with beta = 0 on a stretch of tokens (NAtS-L's softmax-routed chunks).
+// gradient, for T not a multiple of the chunk, HV = H and HV = 2H, K and V off the 64-wide tiles and at
+// 256 (the largest state tile chunk_delta_scan keeps in shared memory), and
+// a run with beta = 0 on a stretch of tokens (NAtS-L's softmax-routed chunks). T = 1 runs the decode
+// kernel forward and the chunked kernels backward.
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
@@ -35,7 +37,9 @@ TEST_CASE("gated_delta_rule on cuda matches the recurrent cpu reference, outputs
   for (const Case& c : {Case{2, 37, 2, 2, 16, 16, false, false}, Case{1, 1, 1, 2, 8, 5, true, false},
                         Case{1, 63, 2, 4, 32, 24, true, false}, Case{1, 64, 1, 1, 64, 64, true, false},
                         Case{2, 65, 2, 2, 20, 70, true, false}, Case{1, 130, 2, 4, 32, 32, true, false},
-                        Case{1, 133, 1, 2, 128, 40, false, false}, Case{1, 150, 2, 2, 16, 16, true, true}}) {
+                        Case{1, 133, 1, 2, 128, 40, false, false}, Case{1, 150, 2, 2, 16, 16, true, true},
+                        Case{2, 1, 2, 4, 130, 200, true, false}, Case{2, 1, 1, 1, 16, 8, false, false},
+                        Case{1, 70, 1, 2, 256, 256, true, false}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.zero_beta ? " beta 0 on tokens 40..109" : "")) {
       auto unit = [&](uint64_t s) {

@@ -24,7 +24,7 @@ TEST_CASE("the gated_delta_rule kernel sequence run on the cpu equals the recurr
   for (const Case& c : {Case{2, 37, 2, 2, 16, 16, false, false}, Case{1, 1, 1, 2, 8, 5, true, false},
                         Case{1, 63, 2, 4, 32, 24, true, false}, Case{1, 64, 1, 1, 64, 64, true, false},
                         Case{1, 65, 2, 2, 20, 70, true, false}, Case{1, 133, 1, 2, 70, 40, false, false},
-                        Case{1, 150, 2, 2, 16, 16, true, true}}) {
+                        Case{1, 150, 2, 2, 16, 16, true, true}, Case{1, 70, 1, 2, 256, 256, true, false}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.zero_beta ? " beta 0 on tokens 40..109" : "")) {
       auto unit = [&](uint64_t s) {

@@ -17,7 +17,8 @@ TEST_CASE("the simple_gla kernel sequence run on the cpu equals the recurrent re
     bool s0;
   };
   for (const Case& c : {Case{2, 37, 2, 2, 16, 24, true}, Case{1, 1, 1, 3, 8, 5, true}, Case{1, 63, 1, 2, 33, 70, false},
-                        Case{1, 64, 2, 4, 64, 64, true}, Case{1, 65, 2, 4, 20, 65, true}, Case{1, 130, 1, 3, 70, 40, true}}) {
+                        Case{1, 64, 2, 4, 64, 64, true}, Case{1, 65, 2, 4, 20, 65, true}, Case{1, 130, 1, 3, 70, 40, true}, Case{1, 133, 2, 2, 16, 8, true},
+                        Case{1, 70, 1, 2, 256, 192, true}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Gq " << c.Gq << " H " << c.H << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "")) {
       Tensor q = random_tensor({c.B, c.T, c.Gq, c.K}, 1, DType::f64, 0.5), k = random_tensor({c.B, c.T, c.Gq, c.K}, 2, DType::f64, 0.5);
