@@ -27,11 +27,13 @@
 #include "core/cuda/cuda_device.h"
 #include "layers/conv1d/conv1d_op.h"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
+#include "layers/gsa/gsa_op.h"
 #include "layers/loss/cross_entropy_op.h"
 #include "layers/mamba2/simple_gla_op.h"
 #include "layers/norm/gated_rmsnorm_op.h"
 #include "layers/ssm_decay/ssm_decay_op.h"
 #include "layers/mlp/swiglu_op.h"
+#include "layers/nha/nha_op.h"
 #include "layers/norm/rmsnorm_op.h"
 #include "layers/rope/rope_op.h"
 #include "layers/softmax_attention/attention_op.h"
@@ -272,6 +274,43 @@ std::vector<BenchCase> make_cases() {
                            gated_delta_rule_forward(q, k, v, beta, g, Tensor(), GatedDeltaParams{}, &s);
                            gated_delta_rule_backward(s, dout, Tensor(), GradMask{31});
                          }});
+      }
+  }
+  {  // gsa m = 64 and nha m = 32, w = 32 (token shift 32, RoPE on the window) fwd+bwd, B*T = 32768,
+     // Hq = Hkv = 16, head dims 64, bf16 with s and g in f32 (gsa.md 4.6 and 4.8, nha.md 6).
+    // FLOPs: gsa.md 4.6's tile units (fwd 8, bwd 22 units of 8192 per token-head); nha.md 6's dense
+    // tiles (fwd 65.5 kFLOP per token-head, bwd 2x fwd + one state recompute). Bytes: the minimal
+    // fused traffic: fwd reads q, k, v, s, g and writes o, lse; bwd reads those, dO and lse and writes
+    // dq, dk, dv, ds, dg.
+    const int64_t H = 16, D = 64, N = 32768;
+    for (int64_t M : {64, 32})
+      for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
+        const int64_t B = N / T;
+        const bool nha = M == 32;
+        Tensor q = random_cuda({B, T, H, D}, bf, 60, 0.3), k = random_cuda({B, T, H, D}, bf, 61, 0.3);
+        Tensor v = random_cuda({B, T, H, D}, bf, 62), dout = random_cuda({B, T, H, D}, bf, 63);
+        Tensor s = uniform_cuda({B, T, H, M}, 64, 0.0, 0.5), g = uniform_cuda({B, T, H, M}, 65, -0.5, -0.001);
+        const double th = double(N * H), act = th * D * 2, slot = th * M * 4, lse = th * 4;
+        const double bytes = (3 * act + 2 * slot + act + lse) + (4 * act + 2 * slot + lse + 3 * act + 2 * slot);
+        const double fwd = th * (nha ? 65536.0 : 8 * 8192.0), bwd = th * (nha ? 2 * 65536.0 + 8192.0 : 22 * 8192.0);
+        if (!nha) {
+          cases.push_back({"gsa_fwd_bwd", str_cat("B", B, " T", T, " H", H, " K V 64 M", M, " bf16"), bytes, fwd + bwd,
+                           [=] {
+                             GsaSaved sv;
+                             gsa_forward(q, k, v, s, g, Tensor(), Tensor(), GsaParams{}, &sv);
+                             gsa_backward(sv, dout, Tensor(), Tensor(), GradMask{31});
+                           }});
+        } else {
+          NhaParams p;
+          p.window = 32;
+          p.shift = 32;
+          cases.push_back({"nha_fwd_bwd", str_cat("B", B, " T", T, " H", H, " D 64 M", M, " w32 bf16"), bytes,
+                           fwd + bwd, [=] {
+                             NhaSaved sv;
+                             nha_forward(q, k, v, s, g, Tensor(), Tensor(), Tensor(), p, &sv);
+                             nha_backward(sv, dout, Tensor(), Tensor(), GradMask{31});
+                           }});
+        }
       }
   }
   return cases;

@@ -79,11 +79,12 @@ GoldenOutputs golden_gated_delta_rule(const GoldenCase& c) {
   return {{"o", r.o}, {"final_state", r.final_state}};
 }
 
-// Gated Slot Attention (README "gsa"): two gated passes over M slots, zero initial memories.
+// Gated Slot Attention (README "gsa"): two gated passes over M slots, zero initial memories. s and g
+// stay f32 under bf16 activations (gsa.md 4.5).
 GoldenOutputs golden_gsa(const GoldenCase& c) {
   GsaParams p;
   p.scale = c.meta_double("scale");
-  GsaVars r = gsa(c.input("q"), c.input("k"), c.input("v"), c.input("s"), c.input("g"), Var(), Var(), p);
+  GsaVars r = gsa(c.input("q"), c.input("k"), c.input("v"), state_input(c, "s"), state_input(c, "g"), Var(), Var(), p);
   return {{"o", r.o}, {"final_state0", r.Hk}, {"final_state1", r.Hv}};
 }
 
@@ -97,7 +98,8 @@ GoldenOutputs golden_nha(const GoldenCase& c) {
   p.rope_offset = c.meta_int("rope_offset");
   HYB_CHECK(c.meta("rope_style") == "rotate_half", c.file.path, ": rope_style ", c.meta("rope_style"),
             " is not the op's rotate_half");
-  NhaVars r = nha(c.input("q"), c.input("k"), c.input("v"), c.input("s"), c.input("g"), Var(), Var(), Var(), p);
+  NhaVars r = nha(c.input("q"), c.input("k"), c.input("v"), state_input(c, "s"), state_input(c, "g"), Var(), Var(), Var(),
+                  p);
   return {{"o", r.o}, {"final_state0", r.HK}, {"final_state1", r.HV}};
 }
 

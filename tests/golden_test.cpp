@@ -149,3 +149,10 @@ TEST_CASE("the golden simple_gla and gated_delta_rule files match on cuda in f32
   run_golden_folder({{"cuda f32", Device::cuda(0), DType::f32, 1e-4}, {"cuda bf16", Device::cuda(0), DType::bf16, 2e-2}},
                     {"simple_gla", "gated_delta_rule"});
 }
+
+// The slot-memory kernels of gsa and nha (layers/gsa/slot_attention_cuda.h) on the same files; f32 at
+// 1e-4 (chunked fp32 against the f64 golden recurrence), bf16 at the README's 2e-2.
+TEST_CASE("the golden gsa and nha files match on cuda in f32 and bf16", "[golden][gpu]") {
+  run_golden_folder({{"cuda f32", Device::cuda(0), DType::f32, 1e-4}, {"cuda bf16", Device::cuda(0), DType::bf16, 2e-2}},
+                    {"gsa", "nha"});
+}

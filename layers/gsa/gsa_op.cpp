@@ -3,6 +3,10 @@
 
 #include <cmath>
 
+#if HYBRID_CUDA
+#include "layers/gsa/slot_attention_cuda.h"
+#endif
+
 namespace hyb {
 
 GsaDims gsa_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
@@ -42,19 +46,40 @@ GsaDims gsa_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
     check_same_device(op, q, Hv0);
   }
   for (const Tensor* t : {&k, &v, &s, &g}) check_same_device(op, q, *t);
-#if HYBRID_CUDA
-  HYB_CHECK(!q.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
+  HYB_CHECK(!q.is_cuda() || q.dtype() != DType::f64, op, ": the CUDA path computes on f32 or bf16, got f64");
   d.group = d.Hq / d.Hkv;
   return d;
 }
+
+#if HYBRID_CUDA
+namespace {
+
+// GSA is the slot-attention kernel without a window and without a shift.
+SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
+                            const Tensor& Hk0, const Tensor& Hv0, double scale) {
+  SlotAttentionArgs a;
+  a.q = q.contiguous(), a.k = k.contiguous(), a.v = v.contiguous(), a.s = s.contiguous(), a.g = g.contiguous();
+  if (Hk0.defined()) a.HK0 = Hk0.contiguous(), a.HV0 = Hv0.contiguous();
+  a.scale = scale;
+  return a;
+}
+
+}  // namespace
+#endif
 
 GsaOutputs gsa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                        const Tensor& Hk0, const Tensor& Hv0, const GsaParams& p, GsaSaved* saved) {
   const GsaDims d = gsa_dims("gsa_forward", q, k, v, s, g, Hk0, Hv0);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
+#if HYBRID_CUDA
+  if (q.is_cuda()) {
+    SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, Hk0, Hv0, scale), false);
+    if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse};
+    return {y.o, y.HK, y.HV};
+  }
+#endif
   GsaOutputs r = gsa_forward_cpu(q, k, v, s, g, Hk0, Hv0, scale);
-  if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p};
+  if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, Tensor()};
   return r;
 }
 
@@ -69,6 +94,24 @@ GsaGrads gsa_backward(const GsaSaved& s, const Tensor& dout, const Tensor& dHk, 
   HYB_CHECK(!dHv.defined() || (dHv.shape() == Shape({d.B, d.Hkv, d.M, d.V}) && dHv.dtype() == s.g.dtype()),
             "gsa_backward: the final Hv gradient is ", dHv.str(), "; it must be (B, Hkv, M, V) in ",
             dtype_name(s.g.dtype()));
+#if HYBRID_CUDA
+  if (s.q.is_cuda()) {
+    const double scale = s.params.scale ? *s.params.scale : 1.0 / std::sqrt(double(d.K));
+    const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.Hk0, s.Hv0, scale);
+    const Tensor lse = s.lse.defined() ? s.lse : slot_attention_forward_cuda(a, false).lse;
+    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, dout, dHk, dHv);
+    const DType dt = s.q.dtype();
+    GsaGrads r;
+    if (needed[0]) r.dq = g.dq.to(dt);
+    if (needed[1]) r.dk = g.dk.to(dt);
+    if (needed[2]) r.dv = g.dv.to(dt);
+    if (needed[3]) r.ds = g.ds;
+    if (needed[4]) r.dg = g.dg;
+    if (needed[5]) r.dHk0 = g.dHK0;
+    if (needed[6]) r.dHv0 = g.dHV0;
+    return r;
+  }
+#endif
   return gsa_backward_cpu(s, dout, dHk, dHv, needed);
 }
 

@@ -6,8 +6,8 @@
 // i.e. two gated linear attentions sharing s and g, chained by a softmax over the slots. Both
 // memories are per kv head; q, a and o per query head. Layout BTHD: q (B, T, Hq, K), k (B, T, Hkv, K),
 // v (B, T, Hkv, V), s and g (B, T, Hkv, M), states Hk (B, Hkv, K, M), Hv (B, Hkv, M, V).
-// The CPU form is the recurrent reference; the chunked CUDA kernels of gsa.md 4 slot in behind
-// gsa_forward / gsa_backward (the CPU/CUDA branch in gsa_op.cpp).
+// The CPU form is the recurrent reference; on CUDA tensors gsa_forward / gsa_backward run the chunked
+// kernels of gsa.md 4 (slot_attention_cuda.h, shared with nha: GSA is its window 0, shift 0 case).
 //   GsaVars y = gsa(q, k, v, s, g, Var(), Var(), {});   // records the node
 #pragma once
 #include <optional>
@@ -38,8 +38,10 @@ struct GsaSaved {    // exactly what gsa_backward reads
   Tensor s, g;       // (B, T, Hkv, M)
   Tensor Hk0, Hv0;   // initial memories or undefined (zeros)
   GsaParams params;
+  Tensor lse;        // CUDA only: (B, T, Hq) f32 log normaliser of the slot softmax (gsa.md 4.8)
   // Not saved: the memories, T (K M + M V) per kv head, the slot logits and weights. The CPU
-  // backward reruns the recurrence per (b, kv head) and keeps that head's states while it runs.
+  // backward reruns the recurrence per (b, kv head) and keeps that head's states while it runs;
+  // the CUDA backward recomputes the chunk-start states and rebuilds the softmax from lse.
 };
 
 struct GsaGrads {
@@ -59,7 +61,7 @@ struct GsaVars {
 GsaVars gsa(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g, const Var& Hk0, const Var& Hv0,
             const GsaParams& p);
 
-// CPU reference (gsa_cpu.cpp). No CUDA kernel yet: gsa_dims refuses cuda tensors.
+// CPU reference (gsa_cpu.cpp).
 GsaOutputs gsa_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                            const Tensor& Hk0, const Tensor& Hv0, double scale);
 GsaGrads gsa_backward_cpu(const GsaSaved& s, const Tensor& dout, const Tensor& dHk, const Tensor& dHv,

@@ -3,6 +3,12 @@
 
 #include <cmath>
 
+#if HYBRID_CUDA
+#include "core/cuda/tensor_cuda.h"
+#include "layers/gsa/slot_attention_cuda.h"
+#include "layers/rope/rope_op.h"
+#endif
+
 namespace hyb {
 
 NhaDims nha_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
@@ -61,18 +67,57 @@ NhaDims nha_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   }
   check_same_device(op, q, k);
   check_same_device(op, q, v);
-#if HYBRID_CUDA
-  HYB_CHECK(!q.is_cuda(), op, ": no CUDA kernel yet; run on the CPU");
-#endif
+  HYB_CHECK(!q.is_cuda() || q.dtype() != DType::f64, op, ": the CUDA path computes on f32 or bf16, got f64");
   d.group = d.Hq / d.Hkv;
   return d;
 }
 
+#if HYBRID_CUDA
+namespace {
+
+RopeTable rope_table_for(const Tensor& q, const NhaParams& p, const NhaDims& d) {
+  return rope_table(p.rope_theta, d.D, p.rope_offset + d.T, std::nullopt, q.device());
+}
+
+// The resolved window and shift, and the window-side q and k rotated as the CPU reference does.
+SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
+                            const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p,
+                            const NhaDims& d) {
+  SlotAttentionArgs a;
+  auto cont = [](const Tensor& x) { return x.defined() ? x.contiguous() : Tensor(); };
+  a.q = q.contiguous(), a.k = k.contiguous(), a.v = v.contiguous();
+  a.s = cont(s), a.g = cont(g), a.HK0 = cont(HK0), a.HV0 = cont(HV0), a.bias = cont(bias);
+  a.scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.D));
+  a.window = d.window;
+  a.shift = d.shift;
+  if (d.window > 0) {
+    if (p.rope) {
+      const RopeTable tab = rope_table_for(q, p, d);
+      a.qr = rope_forward(a.q, tab, p.rope_offset).contiguous();
+      a.kr = rope_forward(a.k, tab, p.rope_offset).contiguous();
+    } else {
+      a.qr = a.q, a.kr = a.k;
+    }
+  }
+  return a;
+}
+
+}  // namespace
+#endif
+
 NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                        const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p, NhaSaved* saved) {
-  nha_dims("nha_forward", q, k, v, s, g, HK0, HV0, bias, p);
+  const NhaDims d = nha_dims("nha_forward", q, k, v, s, g, HK0, HV0, bias, p);
+#if HYBRID_CUDA
+  if (q.is_cuda()) {
+    SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d), p.long_ratio);
+    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, y.lse};
+    return {y.o, y.HK, y.HV, y.long_ratio};
+  }
+#endif
+  (void)d;
   NhaOutputs r = nha_forward_cpu(q, k, v, s, g, HK0, HV0, bias, p);
-  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p};
+  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, Tensor()};
   return r;
 }
 
@@ -85,6 +130,29 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
             "gradient is ", dHK.str(), "; it must be (B, Hkv, D, M)");
   HYB_CHECK(!dHV.defined() || (d.M > 0 && dHV.shape() == Shape({d.B, d.Hkv, d.M, d.Dv})), "nha_backward: the final HV "
             "gradient is ", dHV.str(), "; it must be (B, Hkv, M, Dv)");
+#if HYBRID_CUDA
+  if (s.q.is_cuda()) {
+    const NhaParams& p = s.params;
+    const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d);
+    const Tensor lse = s.lse.defined() ? s.lse : slot_attention_forward_cuda(a, false).lse;
+    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, dout, dHK, dHV);
+    // The window side saw RoPE(q), RoPE(k): its gradients go back through the transposed rotation.
+    auto total = [&](Tensor mem, const Tensor& win) {
+      if (win.defined()) cuda_add_(mem, p.rope ? rope_backward(win, rope_table_for(s.q, p, d), p.rope_offset) : win, 1.0);
+      return mem.to(s.q.dtype());
+    };
+    NhaGrads r;
+    if (needed[0]) r.dq = total(g.dq, g.dqr);
+    if (needed[1]) r.dk = total(g.dk, g.dkr);
+    if (needed[2]) r.dv = g.dv.to(s.q.dtype());
+    if (needed[3]) r.ds = g.ds;
+    if (needed[4]) r.dg = g.dg;
+    if (needed[5]) r.dHK0 = g.dHK0;
+    if (needed[6]) r.dHV0 = g.dHV0;
+    if (needed[7] && g.dbias.defined()) r.dbias = g.dbias.to(s.bias.dtype());
+    return r;
+  }
+#endif
   return nha_backward_cpu(s, dout, dHK, dHV, needed);
 }
 

@@ -12,8 +12,9 @@
 // undefined) is sliding-window attention. Layout BTHD: q (B, T, Hq, D), k (B, T, Hkv, D),
 // v (B, T, Hkv, Dv), s and g (B, T, Hkv, M), memories HK (B, Hkv, D, M), HV (B, Hkv, M, Dv),
 // bias (Hq, nb) with nb >= min(W, T). GQA: query head h reads kv head h / (Hq / Hkv).
-// The CPU form is the recurrent reference of nha.md 2.8 and 4; the fused CUDA kernel of nha.md 5
-// slots in behind nha_forward / nha_backward (the CPU/CUDA branch in nha_op.cpp).
+// The CPU form is the recurrent reference of nha.md 2.8 and 4; on CUDA tensors nha_forward /
+// nha_backward run the slot-attention kernels shared with gsa (layers/gsa/slot_attention_cuda.h):
+// chunked slot memory, slot and window logits of a query normalised by one online softmax.
 //   NhaParams p; p.window = 32; p.shift = 32;
 //   NhaVars y = nha(q, k, v, s, g, Var(), Var(), Var(), p);
 #pragma once
@@ -55,8 +56,10 @@ struct NhaSaved {        // exactly what nha_backward reads
   Tensor HK0, HV0;       // initial memories or undefined (zeros)
   Tensor bias;           // (Hq, nb) or undefined
   NhaParams params;
+  Tensor lse;            // CUDA only: (B, T, Hq) f32 log normaliser of each query's joint softmax
   // Not saved: o, the logits, the softmax and the memories (T D M per kv head). The CPU backward
-  // reruns the forward per (b, kv head); the CUDA design saves lse instead (nha.md 5.3).
+  // reruns the forward per (b, kv head); the CUDA backward recomputes the chunk-start memories and
+  // rebuilds the probabilities from lse (nha.md 5.3).
 };
 
 struct NhaGrads {
@@ -78,7 +81,7 @@ struct NhaVars {
 NhaVars nha(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g, const Var& HK0, const Var& HV0,
             const Var& bias, const NhaParams& p);
 
-// CPU reference (nha_cpu.cpp). No CUDA kernel yet: nha_dims refuses cuda tensors.
+// CPU reference (nha_cpu.cpp).
 NhaOutputs nha_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                            const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p);
 NhaGrads nha_backward_cpu(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, const Tensor& dHV,

@@ -1,0 +1,673 @@
+// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h), written
+// for correctness first: plain fp32 SIMT, one block per query row for the softmax side and one block
+// per (b, kv head, chunk) or per state tile for the memory side. Memory X (P x M per (b, kv head)):
+// X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v). Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift)
+// are cut into chunks of C = kScanChunk; query t reads X after token u = t - shift (the initial
+// memory while u < 0).
+#include <algorithm>
+#include <cmath>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_stream.h"
+#include "kernels/chunk_view.h"
+#include "kernels/cuda_dispatch.cuh"
+#include "kernels/reduce.cuh"
+#include "layers/gsa/slot_attention_cuda.h"
+
+namespace hyb {
+namespace {
+
+constexpr int C = kScanChunk;
+constexpr int kRowThreads = 128;  // threads of a query-row block; also the window keys per online-softmax step
+constexpr int kStateThreads = 256;
+
+struct Sizes {
+  int64_t B, T, Hq, Hkv, G, D, Dv, M;
+  int64_t Tm, NC;  // absorbed tokens and their chunks
+  int64_t window, shift, nb;
+};
+
+Sizes sizes_of(const SlotAttentionArgs& a) {
+  Sizes z;
+  z.B = a.q.size(0), z.T = a.q.size(1), z.Hq = a.q.size(2), z.D = a.q.size(3);
+  z.Hkv = a.k.size(2), z.Dv = a.v.size(3), z.G = z.Hq / z.Hkv;
+  z.M = a.s.defined() ? a.s.size(3) : 0;
+  z.window = a.window, z.shift = a.shift;
+  z.Tm = std::max<int64_t>(z.T - z.shift, 0);
+  z.NC = (z.Tm + C - 1) / C;
+  z.nb = a.bias.defined() ? a.bias.size(1) : 0;
+  return z;
+}
+
+float* fptr(const Tensor& t) { return t.defined() && t.numel() > 0 ? t.data<float>() : nullptr; }
+template <typename E>
+const E* eptr(const Tensor& t) {
+  return t.defined() && t.numel() > 0 ? t.data<E>() : nullptr;
+}
+
+// The memory a query row reads: chunk-start state slot c and row i of chunk c (i = -1: the initial
+// memory, slot 0, undecayed).
+struct RowMem {
+  int64_t b, j, c;
+  int i;
+};
+
+__device__ RowMem row_mem(int64_t b, int64_t j, int64_t t, int64_t shift) {
+  const int64_t u = t - shift;
+  if (u < 0) return {b, j, 0, -1};
+  return {b, j, u / C, int(u % C)};
+}
+
+__device__ __forceinline__ int64_t tok(const Sizes& z, int64_t b, int64_t t, int64_t head, int64_t heads) {
+  return (b * z.T + t) * heads + head;
+}
+
+// out[m] = alpha (X_u^T y)[m] in the chunk form of gsa.md 4.2: the chunk-start state decayed by
+// exp(b_i) plus the chunk's tokens jj <= i, each with exp(b_i - b_jj) (never a positive exponent for
+// g <= 0). y: P floats in shared memory; dots: C floats of shared scratch.
+template <typename E>
+__device__ void read_slots(const Sizes& z, const float* XS, const float* bc, const E* x, const float* s, int P,
+                           const RowMem& r, const float* y, float* dots, float* out, float alpha) {
+  const int M = int(z.M);
+  const float* Xc = XS + ((r.b * z.Hkv + r.j) * (z.NC + 1) + r.c) * P * M;
+  const float* bz = r.i >= 0 ? bc + ((r.b * z.Hkv + r.j) * z.NC + r.c) * C * M : nullptr;
+  const int64_t tok0 = r.c * C;
+  __syncthreads();  // y may have just been written
+  for (int jj = threadIdx.x; jj <= r.i; jj += blockDim.x) {
+    const E* xr = x + tok(z, r.b, tok0 + jj, r.j, z.Hkv) * P;
+    float acc = 0.f;
+    for (int p = 0; p < P; ++p) acc += to_f32(xr[p]) * y[p];
+    dots[jj] = acc;
+  }
+  __syncthreads();
+  for (int m = threadIdx.x; m < M; m += blockDim.x) {
+    float acc = 0.f;
+    for (int p = 0; p < P; ++p) acc += Xc[int64_t(p) * M + m] * y[p];
+    if (r.i >= 0) {
+      const float bi = bz[r.i * M + m];
+      acc *= expf(bi);
+      for (int jj = 0; jj <= r.i; ++jj)
+        acc += dots[jj] * s[tok(z, r.b, tok0 + jj, r.j, z.Hkv) * M + m] * expf(bi - bz[jj * M + m]);
+    }
+    out[m] = alpha * acc;
+  }
+  __syncthreads();
+}
+
+// out[p] = alpha (X_u w)[p] (+ out[p] when accumulate). w: M floats in shared memory; wd (M) and
+// coef (C) are shared scratch.
+template <typename E>
+__device__ void read_features(const Sizes& z, const float* XS, const float* bc, const E* x, const float* s, int P,
+                              const RowMem& r, const float* w, float* wd, float* coef, float* out, float alpha,
+                              bool accumulate) {
+  const int M = int(z.M);
+  const float* Xc = XS + ((r.b * z.Hkv + r.j) * (z.NC + 1) + r.c) * P * M;
+  const float* bz = r.i >= 0 ? bc + ((r.b * z.Hkv + r.j) * z.NC + r.c) * C * M : nullptr;
+  const int64_t tok0 = r.c * C;
+  __syncthreads();  // w may have just been written
+  for (int m = threadIdx.x; m < M; m += blockDim.x) wd[m] = r.i >= 0 ? expf(bz[r.i * M + m]) * w[m] : w[m];
+  for (int jj = threadIdx.x; jj <= r.i; jj += blockDim.x) {
+    const float* sr = s + tok(z, r.b, tok0 + jj, r.j, z.Hkv) * M;
+    float acc = 0.f;
+    for (int m = 0; m < M; ++m) acc += sr[m] * expf(bz[r.i * M + m] - bz[jj * M + m]) * w[m];
+    coef[jj] = acc;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    float acc = 0.f;
+    for (int m = 0; m < M; ++m) acc += Xc[int64_t(p) * M + m] * wd[m];
+    for (int jj = 0; jj <= r.i; ++jj) acc += to_f32(x[tok(z, r.b, tok0 + jj, r.j, z.Hkv) * P + p]) * coef[jj];
+    out[p] = accumulate ? out[p] + alpha * acc : alpha * acc;
+  }
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory side: chunk-local cumsum, chunk-start states, their reverse scan, per-chunk gradients
+// ---------------------------------------------------------------------------------------------
+
+// bc[b, j, c, i, m] = g summed over the rows 0..i of chunk c (fp32; padded rows repeat the last
+// valid value). Grid: one block per (b, j, c).
+__global__ void cumsum_kernel(Sizes z, const float* __restrict__ g, float* __restrict__ bc) {
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm), M = int(z.M);
+  for (int m = threadIdx.x; m < M; m += blockDim.x) {
+    float acc = 0.f;
+    for (int i = 0; i < C; ++i) {
+      if (i < n) acc += g[tok(z, b, c * C + i, j, z.Hkv) * M + m];
+      bc[(blk * C + i) * M + m] = acc;
+    }
+  }
+}
+
+// XS[b, j, c] = X at the start of chunk c, XS[b, j, NC] the final memory (4.2 state scan):
+//   X <- X .*c exp(bl) + sum_i outer(x_i, s_i .* exp(bl - b_i)).
+// X0 is (P, M) or, slot_major, (M, P). Grid: (B Hkv, tiles of P M); one thread per element.
+template <typename E>
+__global__ void state_kernel(Sizes z, int P, const E* __restrict__ x, const float* __restrict__ s,
+                             const float* __restrict__ bc, const float* __restrict__ X0, bool slot_major,
+                             float* __restrict__ XS) {
+  const int M = int(z.M);
+  const int64_t bj = blockIdx.x, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int64_t e = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (e >= int64_t(P) * M) return;
+  const int p = int(e / M), m = int(e % M);
+  float X = X0 ? X0[bj * P * M + (slot_major ? int64_t(m) * P + p : e)] : 0.f;
+  for (int64_t c = 0; c < z.NC; ++c) {
+    XS[(bj * (z.NC + 1) + c) * P * M + e] = X;
+    const int n = chunk_tokens(c, z.Tm);
+    const float* bz = bc + (bj * z.NC + c) * C * M;
+    const float bl = bz[(n - 1) * M + m];
+    float acc = X * expf(bl);
+    for (int i = 0; i < n; ++i) {
+      const int64_t u = tok(z, b, c * C + i, j, z.Hkv);
+      acc += to_f32(x[u * P + p]) * s[u * M + m] * expf(bl - bz[i * M + m]);
+    }
+    X = acc;
+  }
+  XS[(bj * (z.NC + 1) + z.NC) * P * M + e] = X;
+}
+
+// out (B, Hkv, P, M) or, slot_major, (B, Hkv, M, P) from state slot NC.
+__global__ void final_state_kernel(Sizes z, int P, const float* __restrict__ XS, bool slot_major,
+                                   float* __restrict__ out) {
+  const int M = int(z.M);
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= z.B * z.Hkv * P * M) return;
+  const int64_t bj = e / (int64_t(P) * M), pm = e % (int64_t(P) * M);
+  const int p = int(pm / M), m = int(pm % M);
+  out[bj * P * M + (slot_major ? int64_t(m) * P + p : pm)] = XS[(bj * (z.NC + 1) + z.NC) * P * M + pm];
+}
+
+// Adjoints of X at every chunk end, excluding the reads inside that chunk (dXE, 4.3's dHkE/dHvE):
+//   dXE[NC-1] = dX_T;   dXE[c-1] = dXE[c] .*c exp(bl_c) + sum_{rows i of c} L_i .*c exp(b_i)
+// with L_i = sum_h outer(yscale y_h, w_h) at query t = cC + i + shift; then the rows t < shift,
+// which read the initial memory, add theirs, and the result is dX0. Grid: (B Hkv, tiles of P M).
+template <typename E>
+__global__ void reverse_scan_kernel(Sizes z, int P, const E* __restrict__ y, float yscale, const float* __restrict__ w,
+                                    const float* __restrict__ bc, const float* __restrict__ dXT, bool slot_major,
+                                    float* __restrict__ dXE, float* __restrict__ dX0) {
+  const int M = int(z.M);
+  const int64_t bj = blockIdx.x, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int64_t e = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (e >= int64_t(P) * M) return;
+  const int p = int(e / M), m = int(e % M);
+  const int64_t ext = slot_major ? int64_t(m) * P + p : e;
+  float dX = dXT ? dXT[bj * P * M + ext] : 0.f;
+  auto reads = [&](int64_t t) {  // sum over the group of y[p] w[m] at query t
+    float acc = 0.f;
+    for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
+      const int64_t row = tok(z, b, t, h, z.Hq);
+      acc += to_f32(y[row * P + p]) * w[row * M + m];
+    }
+    return yscale * acc;
+  };
+  for (int64_t c = z.NC - 1; c >= 0; --c) {
+    dXE[(bj * z.NC + c) * P * M + e] = dX;
+    const int n = chunk_tokens(c, z.Tm);
+    const float* bz = bc + (bj * z.NC + c) * C * M;
+    float inc = 0.f;
+    for (int i = 0; i < n; ++i) inc += reads(c * C + i + z.shift) * expf(bz[i * M + m]);
+    dX = dX * expf(bz[(n - 1) * M + m]) + inc;
+  }
+  for (int64_t t = 0; t < std::min(z.shift, z.T); ++t) dX += reads(t);
+  if (dX0) dX0[bj * P * M + ext] = dX;
+}
+
+// Gradients through the writes of chunk c (4.3, generic pass), one block per (b, j, c); row u of the
+// chunk in turn, with G_u = dXE .*c exp(bl - b_u) + sum_{rows i >= u} L_i .*c exp(b_i - b_u):
+//   dx_u += G_u s_u;   ds_u += G_u^T x_u;   dB_u += RB_u (summed over the group) - s_u .* (G_u^T x_u)
+//   tail[m] += sum_p XE[p, m] dXE[p, m]      (XE = the state at the chunk end)
+// Shared: dots and coef (C G floats each), rem (M).
+template <typename E>
+__global__ void grad_chunk_kernel(Sizes z, int P, const E* __restrict__ x, const E* __restrict__ y, float yscale,
+                                  const float* __restrict__ w, const float* __restrict__ RB,
+                                  const float* __restrict__ s, const float* __restrict__ bc,
+                                  const float* __restrict__ XS, const float* __restrict__ dXE, float* __restrict__ dx,
+                                  float* __restrict__ ds, float* __restrict__ dB, float* __restrict__ tail) {
+  extern __shared__ float sm[];
+  const int M = int(z.M), G = int(z.G);
+  float* dots = sm;           // C G: yscale y_(i,h) . x_u
+  float* coef = dots + C * G;  // C G: sum_m w_(i,h)[m] exp(b_i - b_u)[m] s_u[m]
+  float* rem = coef + C * G;   // M: exp(bl - b_u)
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm);
+  const float* bz = bc + blk * C * M;
+  const float* dXc = dXE + blk * P * M;
+  const float* XE = XS + (bj * (z.NC + 1) + c + 1) * P * M;
+  for (int m = threadIdx.x; m < M; m += blockDim.x) {
+    float acc = 0.f;
+    for (int p = 0; p < P; ++p) acc += XE[int64_t(p) * M + m] * dXc[int64_t(p) * M + m];
+    tail[blk * M + m] += acc;
+  }
+  for (int ui = 0; ui < n; ++ui) {
+    const int64_t u = tok(z, b, c * C + ui, j, z.Hkv);
+    const E* xu = x + u * P;
+    const float* su = s + u * M;
+    const int nq = (n - ui) * G;
+    for (int idx = threadIdx.x; idx < nq; idx += blockDim.x) {
+      const int ti = ui + idx / G;
+      const int64_t row = tok(z, b, c * C + ti + z.shift, j * G + idx % G, z.Hq);
+      const E* yr = y + row * P;
+      float d = 0.f;
+      for (int p = 0; p < P; ++p) d += to_f32(yr[p]) * to_f32(xu[p]);
+      dots[idx] = yscale * d;
+      const float* wr = w + row * M;
+      float cf = 0.f;
+      for (int m = 0; m < M; ++m) cf += wr[m] * expf(bz[ti * M + m] - bz[ui * M + m]) * su[m];
+      coef[idx] = cf;
+    }
+    for (int m = threadIdx.x; m < M; m += blockDim.x) rem[m] = expf(bz[(n - 1) * M + m] - bz[ui * M + m]);
+    __syncthreads();
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+      float acc = 0.f;
+      for (int m = 0; m < M; ++m) acc += dXc[int64_t(p) * M + m] * rem[m] * su[m];
+      for (int idx = 0; idx < nq; ++idx) {
+        const int64_t row = tok(z, b, c * C + ui + idx / G + z.shift, j * G + idx % G, z.Hq);
+        acc += yscale * to_f32(y[row * P + p]) * coef[idx];
+      }
+      dx[u * P + p] += acc;
+    }
+    for (int m = threadIdx.x; m < M; m += blockDim.x) {
+      float acc = 0.f;
+      for (int p = 0; p < P; ++p) acc += dXc[int64_t(p) * M + m] * to_f32(xu[p]);
+      acc *= rem[m];
+      for (int idx = 0; idx < nq; ++idx) {
+        const int ti = ui + idx / G;
+        const int64_t row = tok(z, b, c * C + ti + z.shift, j * G + idx % G, z.Hq);
+        acc += dots[idx] * w[row * M + m] * expf(bz[ti * M + m] - bz[ui * M + m]);
+      }
+      float rb = 0.f;
+      if (RB)
+        for (int h = 0; h < G; ++h) rb += RB[tok(z, b, c * C + ui + z.shift, j * G + h, z.Hq) * M + m];
+      ds[u * M + m] += acc;
+      dB[u * M + m] += rb - su[m] * acc;
+    }
+    __syncthreads();  // dots, coef and rem are rewritten for the next row
+  }
+}
+
+// dg_u = sum of dB over the rows u' >= u of the chunk + tail (4.3). One block per (b, j, c).
+__global__ void gate_grad_kernel(Sizes z, const float* __restrict__ dB, const float* __restrict__ tail,
+                                 float* __restrict__ dg) {
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm), M = int(z.M);
+  for (int m = threadIdx.x; m < M; m += blockDim.x) {
+    float acc = tail[blk * M + m];
+    for (int i = n - 1; i >= 0; --i) {
+      const int64_t u = tok(z, b, c * C + i, j, z.Hkv);
+      acc += dB[u * M + m];
+      dg[u * M + m] = acc;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Query rows: the joint softmax over the slots and the window
+// ---------------------------------------------------------------------------------------------
+
+struct RowInputs {
+  const void *q, *k, *v, *qr, *kr, *bias;
+  const float *s, *X1S, *X2S, *bc;
+  float scale;
+};
+
+// Logit of window key `key` for query row (b, t, h): scale <qr_t, kr_key> + bias[h, t - key].
+template <typename E>
+__device__ float window_logit(const Sizes& z, const RowInputs& in, const float* qrv, int64_t b, int64_t t, int64_t h,
+                              int64_t j, int64_t key) {
+  const E* kk = static_cast<const E*>(in.kr) + tok(z, b, key, j, z.Hkv) * z.D;
+  float d = 0.f;
+  for (int p = 0; p < z.D; ++p) d += qrv[p] * to_f32(kk[p]);
+  const E* bias = static_cast<const E*>(in.bias);
+  return in.scale * d + (bias ? to_f32(bias[h * z.nb + (t - key)]) : 0.f);
+}
+
+// One block of kRowThreads per query row (b, t, h): slot logits, then the window keys kRowThreads at
+// a time with an online softmax (running max, rescaled sum and output); o, lse and the slot share.
+// Shared: qv, qrv (D), zs, wd (M), dots (C), acc (Dv), rt (kRowThreads).
+template <typename E>
+__global__ void __launch_bounds__(kRowThreads) forward_row_kernel(Sizes z, RowInputs in, E* __restrict__ o,
+                                                                  float* __restrict__ lse, float* __restrict__ ratio) {
+  extern __shared__ float sm[];
+  float* qv = sm;
+  float* qrv = qv + z.D;
+  float* zs = qrv + z.D;
+  float* wd = zs + z.M;
+  float* dots = wd + z.M;
+  float* acc = dots + C;
+  float* rt = acc + z.Dv;
+  const int64_t row = blockIdx.x, h = row % z.Hq, t = (row / z.Hq) % z.T, b = row / z.Hq / z.T, j = h / z.G;
+  const int tid = threadIdx.x;
+  const E* q = static_cast<const E*>(in.q);
+  const E* qr = static_cast<const E*>(in.qr);
+  const E* v = static_cast<const E*>(in.v);
+  for (int p = tid; p < z.D; p += kRowThreads) {
+    qv[p] = to_f32(q[row * z.D + p]);
+    qrv[p] = z.window > 0 ? to_f32(qr[row * z.D + p]) : 0.f;
+  }
+  for (int p = tid; p < z.Dv; p += kRowThreads) acc[p] = 0.f;
+  float mx = -INFINITY, l = 0.f, lslot = 0.f;
+  if (z.M > 0) {
+    const RowMem r = row_mem(b, j, t, z.shift);
+    read_slots(z, in.X1S, in.bc, static_cast<const E*>(in.k), in.s, int(z.D), r, qv, dots, zs, in.scale);
+    float lm = -INFINITY;
+    for (int m = tid; m < z.M; m += kRowThreads) lm = fmaxf(lm, zs[m]);
+    mx = block_reduce_max(lm);
+    float ls = 0.f;
+    for (int m = tid; m < z.M; m += kRowThreads) {
+      const float e = expf(zs[m] - mx);
+      zs[m] = e;
+      ls += e;
+    }
+    lslot = block_reduce_sum(ls);
+    l = lslot;
+    read_features(z, in.X2S, in.bc, v, in.s, int(z.Dv), r, zs, wd, dots, acc, 1.f, false);
+  }
+  if (z.window > 0) {
+    __syncthreads();  // qrv
+    const int64_t j0 = std::max<int64_t>(0, t - z.window + 1);
+    for (int64_t t0 = j0; t0 <= t; t0 += kRowThreads) {
+      const int64_t key = t0 + tid;
+      const float x = key <= t ? window_logit<E>(z, in, qrv, b, t, h, j, key) : -INFINITY;
+      const float mnew = fmaxf(mx, block_reduce_max(x));  // finite: the tile holds at least one key
+      const float alpha = mx == -INFINITY ? 0.f : expf(mx - mnew);
+      const float e = key <= t ? expf(x - mnew) : 0.f;
+      rt[tid] = e;
+      l = l * alpha + block_reduce_sum(e);  // its leading barrier also publishes rt
+      lslot *= alpha;
+      mx = mnew;
+      const int nk = int(std::min<int64_t>(kRowThreads, t - t0 + 1));
+      for (int p = tid; p < z.Dv; p += kRowThreads) {
+        float a = acc[p] * alpha;
+        for (int kk = 0; kk < nk; ++kk) a += rt[kk] * to_f32(v[tok(z, b, t0 + kk, j, z.Hkv) * z.Dv + p]);
+        acc[p] = a;
+      }
+      __syncthreads();  // rt is rewritten by the next tile
+    }
+  }
+  for (int p = tid; p < z.Dv; p += kRowThreads) o[row * z.Dv + p] = from_f32<E>(acc[p] / l);
+  if (tid == 0) {
+    lse[row] = mx + logf(l);
+    if (ratio) ratio[row] = lslot / l;
+  }
+}
+
+struct RowGrads {
+  const void* dout;
+  const float* lse;
+  float *W1, *W2, *RB;      // (B, T, Hq, M): dZ, P, Z .* dZ + P .* dP
+  float *dq, *dqr;          // (B, T, Hq, D): memory part, window part (rotated side)
+  float *dkr, *dv, *dbias;  // window parts, accumulated by atomics
+};
+
+// One block per query row: rebuild the probabilities from lse, delta = sum p dp over slots and window,
+// then dZ (and the memory-read adjoints), dq, and the window gradients. Shared: qv, qrv, dqw (D),
+// dov (Dv), zs, dp, dz, wd (M), dots (C), rt, drt (kRowThreads).
+template <typename E>
+__global__ void __launch_bounds__(kRowThreads) backward_row_kernel(Sizes z, RowInputs in, RowGrads gr) {
+  extern __shared__ float sm[];
+  float* qv = sm;
+  float* qrv = qv + z.D;
+  float* dqw = qrv + z.D;
+  float* dov = dqw + z.D;
+  float* zs = dov + z.Dv;
+  float* dp = zs + z.M;
+  float* dz = dp + z.M;
+  float* wd = dz + z.M;
+  float* dots = wd + z.M;
+  float* rt = dots + C;
+  float* drt = rt + kRowThreads;
+  const int64_t row = blockIdx.x, h = row % z.Hq, t = (row / z.Hq) % z.T, b = row / z.Hq / z.T, j = h / z.G;
+  const int tid = threadIdx.x;
+  const E* q = static_cast<const E*>(in.q);
+  const E* qr = static_cast<const E*>(in.qr);
+  const E* k = static_cast<const E*>(in.k);
+  const E* v = static_cast<const E*>(in.v);
+  const E* dout = static_cast<const E*>(gr.dout);
+  for (int p = tid; p < z.D; p += kRowThreads) {
+    qv[p] = to_f32(q[row * z.D + p]);
+    qrv[p] = z.window > 0 ? to_f32(qr[row * z.D + p]) : 0.f;
+    dqw[p] = 0.f;
+  }
+  for (int p = tid; p < z.Dv; p += kRowThreads) dov[p] = to_f32(dout[row * z.Dv + p]);
+  const float L = gr.lse[row];
+  float part = 0.f;  // this thread's share of delta = sum p dp
+  const RowMem r = row_mem(b, j, t, z.shift);
+  if (z.M > 0) {
+    read_slots(z, in.X1S, in.bc, k, in.s, int(z.D), r, qv, dots, zs, in.scale);  // Z
+    read_slots(z, in.X2S, in.bc, v, in.s, int(z.Dv), r, dov, dots, dp, 1.f);     // dP = Hv dO
+    for (int m = tid; m < z.M; m += kRowThreads) part += expf(zs[m] - L) * dp[m];
+  }
+  const int64_t j0 = std::max<int64_t>(0, t - z.window + 1);
+  // The window keys of a tile: probability r and dr = <v_key, dO>, one key per thread.
+  auto window_key = [&](int64_t key, float& pr, float& dr) {
+    pr = expf(window_logit<E>(z, in, qrv, b, t, h, j, key) - L);
+    const E* vk = v + tok(z, b, key, j, z.Hkv) * z.Dv;
+    dr = 0.f;
+    for (int p = 0; p < z.Dv; ++p) dr += to_f32(vk[p]) * dov[p];
+  };
+  if (z.window > 0) {
+    __syncthreads();  // qrv, dov
+    for (int64_t t0 = j0; t0 <= t; t0 += kRowThreads) {
+      const int64_t key = t0 + tid;
+      if (key <= t) {
+        float pr, dr;
+        window_key(key, pr, dr);
+        part += pr * dr;
+      }
+    }
+  }
+  const float delta = block_reduce_sum(part);
+  if (z.M > 0) {
+    for (int m = tid; m < z.M; m += kRowThreads) {
+      const float P = expf(zs[m] - L), d = P * (dp[m] - delta);
+      dz[m] = d;
+      gr.W1[row * z.M + m] = d;
+      gr.W2[row * z.M + m] = P;
+      gr.RB[row * z.M + m] = zs[m] * d + P * dp[m];
+    }
+    float* dqm = gr.dq + row * z.D;
+    read_features(z, in.X1S, in.bc, k, in.s, int(z.D), r, dz, wd, dots, dqm, in.scale, false);
+  }
+  if (z.window > 0) {
+    const E* kr = static_cast<const E*>(in.kr);
+    for (int64_t t0 = j0; t0 <= t; t0 += kRowThreads) {
+      const int64_t key = t0 + tid;
+      float pr = 0.f, db = 0.f;
+      if (key <= t) {
+        float dr;
+        window_key(key, pr, dr);
+        db = pr * (dr - delta);
+        if (gr.dbias) atomicAdd(gr.dbias + h * z.nb + (t - key), db);
+      }
+      __syncthreads();  // the previous tile's readers of rt, drt are done
+      rt[tid] = pr;
+      drt[tid] = db;
+      __syncthreads();
+      const int nk = int(std::min<int64_t>(kRowThreads, t - t0 + 1));
+      for (int p = tid; p < z.D; p += kRowThreads) {
+        float a = 0.f;
+        for (int kk = 0; kk < nk; ++kk) a += drt[kk] * to_f32(kr[tok(z, b, t0 + kk, j, z.Hkv) * z.D + p]);
+        dqw[p] += in.scale * a;
+      }
+      for (int e = tid; e < nk * z.D; e += kRowThreads) {
+        const int kk = e / int(z.D), p = e % int(z.D);
+        atomicAdd(gr.dkr + tok(z, b, t0 + kk, j, z.Hkv) * z.D + p, in.scale * drt[kk] * qrv[p]);
+      }
+      for (int e = tid; e < nk * z.Dv; e += kRowThreads) {
+        const int kk = e / int(z.Dv), p = e % int(z.Dv);
+        atomicAdd(gr.dv + tok(z, b, t0 + kk, j, z.Hkv) * z.Dv + p, rt[kk] * dov[p]);
+      }
+    }
+    for (int p = tid; p < z.D; p += kRowThreads) gr.dqr[row * z.D + p] = dqw[p];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------
+
+struct Memory {
+  Tensor bc, X1S, X2S;  // (B, Hkv, NC, C, M), (B, Hkv, NC + 1, D, M), (B, Hkv, NC + 1, Dv, M)
+};
+
+unsigned state_tiles(int64_t P, int64_t M) { return unsigned((P * M + kStateThreads - 1) / kStateThreads); }
+
+// The chunk-local cumsum and the chunk-start states of both memories (forward, and again in backward).
+Memory memory_states(const SlotAttentionArgs& a, const Sizes& z) {
+  Memory mem;
+  if (z.M == 0) return mem;
+  const Device dev = a.q.device();
+  cudaStream_t st = current_stream(dev.index);
+  mem.bc = Tensor::empty({z.B, z.Hkv, z.NC, C, z.M}, DType::f32, dev);
+  mem.X1S = Tensor::empty({z.B, z.Hkv, z.NC + 1, z.D, z.M}, DType::f32, dev);
+  mem.X2S = Tensor::empty({z.B, z.Hkv, z.NC + 1, z.Dv, z.M}, DType::f32, dev);
+  const int mt = int(std::min<int64_t>(128, (z.M + 31) / 32 * 32));
+  if (z.NC > 0) {
+    cumsum_kernel<<<unsigned(z.B * z.Hkv * z.NC), mt, 0, st>>>(z, fptr(a.g), fptr(mem.bc));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention cumsum_kernel", z.B * z.Hkv * z.NC, mt, 0);
+  }
+  visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
+    using E = decltype(tag);
+    const dim3 g1(unsigned(z.B * z.Hkv), state_tiles(z.D, z.M)), g2(unsigned(z.B * z.Hkv), state_tiles(z.Dv, z.M));
+    state_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.k), fptr(a.s), fptr(mem.bc), fptr(a.HK0),
+                                                   false, fptr(mem.X1S));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention state_kernel (Hk)", g1, kStateThreads, 0);
+    state_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), eptr<E>(a.v), fptr(a.s), fptr(mem.bc), fptr(a.HV0),
+                                                   true, fptr(mem.X2S));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention state_kernel (Hv)", g2, kStateThreads, 0);
+  });
+  return mem;
+}
+
+RowInputs row_inputs(const SlotAttentionArgs& a, const Memory& mem) {
+  auto raw = [](const Tensor& t) -> const void* { return t.defined() && t.numel() > 0 ? t.raw_data() : nullptr; };
+  return {raw(a.q), raw(a.k), raw(a.v), raw(a.qr), raw(a.kr), raw(a.bias), fptr(a.s), fptr(mem.X1S), fptr(mem.X2S),
+          fptr(mem.bc), float(a.scale)};
+}
+
+void check_args(const SlotAttentionArgs& a, const Sizes& z) {
+  for (const Tensor* t : {&a.q, &a.k, &a.v, &a.s, &a.g, &a.HK0, &a.HV0, &a.qr, &a.kr, &a.bias})
+    HYB_CHECK(!t->defined() || (t->is_contiguous() && t->is_cuda()), "slot_attention (cuda): every tensor must be "
+              "contiguous on a cuda device, got ", t->str());
+  for (const Tensor* t : {&a.s, &a.g, &a.HK0, &a.HV0})
+    HYB_CHECK(!t->defined() || t->dtype() == DType::f32, "slot_attention (cuda): s, g and the memories must be f32, "
+              "got ", t->str());
+  HYB_CHECK(z.window == 0 || (a.qr.defined() && a.kr.defined()), "slot_attention (cuda): a window needs qr and kr");
+  HYB_CHECK(z.G * C * 2 * 4 + z.M * 4 <= 48 * 1024, "slot_attention (cuda): ", z.G,
+            " query heads per kv head exceed the shared memory of the gradient kernel");
+}
+
+}  // namespace
+
+SlotAttentionOut slot_attention_forward_cuda(const SlotAttentionArgs& a, bool want_ratio) {
+  const Sizes z = sizes_of(a);
+  check_args(a, z);
+  const Device dev = a.q.device();
+  cudaStream_t st = current_stream(dev.index);
+  const Memory mem = memory_states(a, z);
+  SlotAttentionOut out;
+  out.o = Tensor::empty({z.B, z.T, z.Hq, z.Dv}, a.q.dtype(), dev);
+  out.lse = Tensor::empty({z.B, z.T, z.Hq}, DType::f32, dev);
+  if (want_ratio) out.long_ratio = Tensor::empty({z.B, z.T, z.Hq}, DType::f32, dev);
+  const int64_t rows = z.B * z.T * z.Hq;
+  if (rows > 0)
+    visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
+      using E = decltype(tag);
+      const size_t smem = size_t(2 * z.D + 2 * z.M + C + z.Dv + kRowThreads) * sizeof(float);
+      forward_row_kernel<E><<<unsigned(rows), kRowThreads, smem, st>>>(z, row_inputs(a, mem), out.o.data<E>(),
+                                                                      fptr(out.lse), fptr(out.long_ratio));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention forward_row_kernel", rows, kRowThreads, smem);
+    });
+  if (z.M > 0) {
+    out.HK = Tensor::empty({z.B, z.Hkv, z.D, z.M}, DType::f32, dev);
+    out.HV = Tensor::empty({z.B, z.Hkv, z.M, z.Dv}, DType::f32, dev);
+    const int64_t n1 = z.B * z.Hkv * z.D * z.M, n2 = z.B * z.Hkv * z.Dv * z.M;
+    final_state_kernel<<<unsigned((n1 + 255) / 256), 256, 0, st>>>(z, int(z.D), fptr(mem.X1S), false, fptr(out.HK));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention final_state_kernel (Hk)", (n1 + 255) / 256, 256, 0);
+    final_state_kernel<<<unsigned((n2 + 255) / 256), 256, 0, st>>>(z, int(z.Dv), fptr(mem.X2S), true, fptr(out.HV));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention final_state_kernel (Hv)", (n2 + 255) / 256, 256, 0);
+  }
+  return out;
+}
+
+SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& dout0,
+                                                const Tensor& dHK0_, const Tensor& dHV0_) {
+  const Sizes z = sizes_of(a);
+  check_args(a, z);
+  const Device dev = a.q.device();
+  cudaStream_t st = current_stream(dev.index);
+  HYB_CHECK(lse.defined() && lse.dtype() == DType::f32 && lse.shape() == Shape({z.B, z.T, z.Hq}) && lse.is_cuda(),
+            "slot_attention_backward (cuda): lse must be f32 (B, T, Hq) on the device, got ", lse.str());
+  const Tensor dout = dout0.contiguous(), lsec = lse.contiguous();
+  const Tensor dHKT = dHK0_.defined() ? dHK0_.to(DType::f32).contiguous() : Tensor();
+  const Tensor dHVT = dHV0_.defined() ? dHV0_.to(DType::f32).contiguous() : Tensor();
+  const Memory mem = memory_states(a, z);
+  auto zeros = [&](const Shape& s) { return Tensor::zeros(s, DType::f32, dev); };
+  SlotAttentionGrads gr;
+  gr.dq = zeros(a.q.shape());
+  gr.dk = zeros(a.k.shape());
+  gr.dv = zeros(a.v.shape());
+  if (z.window > 0) {
+    gr.dqr = Tensor::empty(a.q.shape(), DType::f32, dev);
+    gr.dkr = zeros(a.k.shape());
+  }
+  if (a.bias.defined()) gr.dbias = zeros(a.bias.shape());
+  Tensor W1, W2, RB, dB, tail, dX1E, dX2E;
+  if (z.M > 0) {
+    const Shape rowm{z.B, z.T, z.Hq, z.M};
+    W1 = Tensor::empty(rowm, DType::f32, dev);
+    W2 = Tensor::empty(rowm, DType::f32, dev);
+    RB = Tensor::empty(rowm, DType::f32, dev);
+    gr.ds = zeros(a.s.shape());
+    gr.dg = zeros(a.g.shape());
+    dB = zeros(a.s.shape());
+    tail = zeros({z.B, z.Hkv, z.NC, z.M});
+    dX1E = Tensor::empty({z.B, z.Hkv, z.NC, z.D, z.M}, DType::f32, dev);
+    dX2E = Tensor::empty({z.B, z.Hkv, z.NC, z.Dv, z.M}, DType::f32, dev);
+    if (a.HK0.defined()) {
+      gr.dHK0 = Tensor::empty(a.HK0.shape(), DType::f32, dev);
+      gr.dHV0 = Tensor::empty(a.HV0.shape(), DType::f32, dev);
+    }
+  }
+  const int64_t rows = z.B * z.T * z.Hq;
+  visit_cuda_float("slot_attention_backward", a.q.dtype(), [&](auto tag) {
+    using E = decltype(tag);
+    if (rows > 0) {
+      RowGrads rg{dout.raw_data(), fptr(lsec), fptr(W1), fptr(W2), fptr(RB), fptr(gr.dq), fptr(gr.dqr), fptr(gr.dkr),
+                  fptr(gr.dv), fptr(gr.dbias)};
+      const size_t smem = size_t(3 * z.D + z.Dv + 4 * z.M + C + 2 * kRowThreads) * sizeof(float);
+      backward_row_kernel<E><<<unsigned(rows), kRowThreads, smem, st>>>(z, row_inputs(a, mem), rg);
+      HYB_CUDA_LAUNCH_CHECK("slot_attention backward_row_kernel", rows, kRowThreads, smem);
+    }
+    if (z.M == 0) return;
+    const float scale = float(a.scale);
+    const dim3 g1(unsigned(z.B * z.Hkv), state_tiles(z.D, z.M)), g2(unsigned(z.B * z.Hkv), state_tiles(z.Dv, z.M));
+    reverse_scan_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1), fptr(mem.bc),
+                                                          fptr(dHKT), false, fptr(dX1E), fptr(gr.dHK0));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hk)", g1, kStateThreads, 0);
+    reverse_scan_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2), fptr(mem.bc),
+                                                          fptr(dHVT), true, fptr(dX2E), fptr(gr.dHV0));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hv)", g2, kStateThreads, 0);
+    if (z.NC == 0) return;
+    const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
+    const size_t smem = size_t(2 * C * z.G + z.M) * sizeof(float);
+    grad_chunk_kernel<E><<<blocks, kStateThreads, smem, st>>>(z, int(z.D), eptr<E>(a.k), eptr<E>(a.q), scale, fptr(W1),
+                                                              fptr(RB), fptr(a.s), fptr(mem.bc), fptr(mem.X1S),
+                                                              fptr(dX1E), fptr(gr.dk), fptr(gr.ds), fptr(dB),
+                                                              fptr(tail));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention grad_chunk_kernel (Hk)", blocks, kStateThreads, smem);
+    grad_chunk_kernel<E><<<blocks, kStateThreads, smem, st>>>(z, int(z.Dv), eptr<E>(a.v), eptr<E>(dout), 1.f,
+                                                              fptr(W2), nullptr, fptr(a.s), fptr(mem.bc),
+                                                              fptr(mem.X2S), fptr(dX2E), fptr(gr.dv), fptr(gr.ds),
+                                                              fptr(dB), fptr(tail));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention grad_chunk_kernel (Hv)", blocks, kStateThreads, smem);
+    const int mt = int(std::min<int64_t>(128, (z.M + 31) / 32 * 32));
+    gate_grad_kernel<<<blocks, mt, 0, st>>>(z, fptr(dB), fptr(tail), fptr(gr.dg));
+    HYB_CUDA_LAUNCH_CHECK("slot_attention gate_grad_kernel", blocks, mt, 0);
+  });
+  return gr;
+}
+
+}  // namespace hyb
