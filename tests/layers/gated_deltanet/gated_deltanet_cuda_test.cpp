@@ -36,9 +36,12 @@ MixerContext mixer_context(int64_t d_model) {
   return ctx;
 }
 
-// Every parameter redrawn (the same values on both devices: Philox by name and index).
-void randomize(Module& m, uint64_t seed) {
-  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, 0.5);
+// Every parameter redrawn (the same values on both devices: Philox by name and index). The bf16
+// comparison draws them smaller: at 0.5 the layer is so ill-conditioned that rounding only the
+// inputs and parameters to bf16 moves the exact f64 gradients by up to 30% (measured on the CPU for
+// the Mamba2 mixer), which no bf16 kernel can beat; at 0.1 that sensitivity is about 1%.
+void randomize(Module& m, uint64_t seed, double sd = 0.5) {
+  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, sd);
 }
 
 }  // namespace
@@ -60,7 +63,7 @@ TEST_CASE("the Gated DeltaNet mixer on cuda matches the cpu mixer: output, input
           ParameterScope scope(dev, pdt);
           GatedDeltaNetMixer layer(cfg, mixer_context(d));
           layer.initialize(1);
-          randomize(layer, 2);
+          randomize(layer, 2, adt == DType::bf16 ? 0.1 : 0.5);
           Var xv(x.to(act).to(dev), true);
           Var y = layer.forward(xv);
           backward({y}, {dy.to(act).to(dev)});
