@@ -90,9 +90,9 @@ TEST_CASE("nha_340m is config.md 10.2's model: 333,521,920 non-embedding paramet
   }
 }
 
-TEST_CASE("the NHA quickstart is config.md 10.1's model: 1,083,008 non-embedding parameters, the last layer full",
+TEST_CASE("the quickstart is config.md 10.1's model: 1,083,008 non-embedding parameters, the last layer full",
           "[config][presets]") {
-  const Counts c = build("configs/nha_quickstart.json");
+  const Counts c = build("configs/quickstart.json");
   REQUIRE(c.non_embedding == 1083008);
   REQUIRE(c.types.size() == 4);
   for (size_t i = 0; i < 4; ++i) REQUIRE(c.mixers[i].at("window") == (i == 3 ? -1 : 16));
