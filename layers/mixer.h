@@ -37,6 +37,9 @@ class Mixer : public Module {
   // decode path say so.
   virtual std::unique_ptr<DecodeState> start_decode(int64_t batch, Device device, DType dtype);
   virtual Var decode(const Var& x, DecodeState& state);
+  // Randomised windows in training (nha.md 8.1): later forwards use an unlimited window (true) or
+  // the configured one (false). Returns false for families without such a window.
+  virtual bool set_full_window(bool full) { return false; }
 };
 
 }  // namespace hyb

@@ -84,6 +84,7 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
   opt.comm = comm;
   opt.bucket_mb = tc.bucket_mb;
   opt.zero1 = tc.zero1;
+  opt.window_p_full = tc.window_p_full;
 
   auto named = model->named_parameters();
   std::vector<ParamSetting> settings = resolve_param_settings(tc.optimizer.weight_decay, tc.optimizer.param_groups, named);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/rng.h"
 #include "core/tensor_math.h"
 #include "optim/clip.h"
 #include "train/checkpoint.h"
@@ -105,8 +106,17 @@ double Trainer::clip_gradients() {
   return norm;
 }
 
+void Trainer::randomize_windows(bool draw) {
+  RngStream rng(opt_.envelope.seed, str_cat("train.window_randomization.step", step_));
+  for (Block* b : model_.backbone().blocks()) {
+    const bool full = rng.uniform() < *opt_.window_p_full;
+    b->mixer().set_full_window(draw && full);
+  }
+}
+
 bool Trainer::train_step(double* loss_out, double* norm_out) {
   double loss_sum = 0;
+  if (opt_.window_p_full) randomize_windows(true);
   const Tensor scale = Tensor::full({1}, 1.0 / double(opt_.grad_accum), opt_.compute == DType::f64 ? DType::f64 : DType::f32);
   for (int64_t micro = 0; micro < opt_.grad_accum; ++micro) {
     Tensor inputs, targets;
@@ -120,6 +130,7 @@ bool Trainer::train_step(double* loss_out, double* norm_out) {
     backward(loss, scale.to(loss.dtype()));
   }
   if (sync_) sync_->finish();
+  if (opt_.window_p_full) randomize_windows(false);
   *loss_out = loss_sum / double(opt_.grad_accum);
   if (opt_.comm) *loss_out = opt_.comm->all_reduce_host(*loss_out, ReduceOp::mean, opt_.device);
 

@@ -9,6 +9,7 @@
 //   t.run();
 #pragma once
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -63,6 +64,8 @@ struct TrainerOptions {
   Communicator* comm = nullptr;  // null: one rank, no data-parallel machinery
   double bucket_mb = 25;
   bool zero1 = false;
+  // nha.md 8.1: each optimizer step, every layer with a window runs it unlimited with this probability.
+  std::optional<double> window_p_full;
 };
 
 // Per-parameter optimizer settings come from the config (decay set, param_groups).
@@ -85,6 +88,9 @@ class Trainer {
   // The first parameter with a non-finite gradient, the same on every rank ("" when none).
   std::string first_nonfinite_gradient() const;
   double clip_gradients();
+  // Draws this step's windows (the same on every rank: keyed by seed, step and layer), or restores
+  // the configured ones.
+  void randomize_windows(bool draw);
   int rank() const { return opt_.comm ? opt_.comm->rank() : 0; }
   int world() const { return opt_.comm ? opt_.comm->size() : 1; }
   bool main_rank() const { return rank() == 0; }

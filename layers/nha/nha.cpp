@@ -47,7 +47,8 @@ NhaConfig nha_config_from_json(const json& m) {
 // Parameters (nha.md 7.1): every Linear and conv weight N(0, init_std) without the official rescale
 // (config.md 3.8); under init "gpt2" o_proj takes the residual std. fusion_proj starts at 0 (lambda
 // = 1/2, nha.md 8.2) and pos_bias at 0 (8.3).
-NhaMixer::NhaMixer(const NhaConfig& cfg, const MixerContext& ctx) : cfg_(cfg), max_seq_len_(ctx.max_seq_len) {
+NhaMixer::NhaMixer(const NhaConfig& cfg, const MixerContext& ctx)
+    : cfg_(cfg), configured_window_(cfg.window), max_seq_len_(ctx.max_seq_len) {
   const int64_t d = cfg.d_model, Hq = cfg.num_heads, Hkv = cfg.num_kv_heads, D = cfg.head_dim,
                 Dv = cfg.value_head_dim, M = cfg.slots, W = cfg.conv_size;
   const ParamInit family = ParamInit::normal(ctx.init_std);
@@ -192,6 +193,14 @@ Var NhaMixer::run(const Var& x, NhaState* st) {
     st->n_seen += T;
   }
   return o_proj_->forward(rmsnorm(silu(reshape(o, {B, T, Hq * Dv})), compute_view(g_norm_, dt), cfg_.output_norm_eps));
+}
+
+bool NhaMixer::set_full_window(bool full) {
+  // A learned bias has one entry per distance of the configured window; the config resolver refuses
+  // randomised windows with it (config_resolve.cpp).
+  HYB_ASSERT(!full || !pos_bias_.defined(), "nha: randomised windows with pos_enc learned_short");
+  cfg_.window = full ? -1 : configured_window_;
+  return true;
 }
 
 Var NhaMixer::forward(const Var& x) { return run(x, nullptr); }

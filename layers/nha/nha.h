@@ -53,6 +53,7 @@ class NhaMixer : public Mixer {
   std::unique_ptr<DecodeState> start_decode(int64_t batch, Device device, DType dtype) override;
   Var decode(const Var& x, DecodeState& state) override;
   const NhaConfig& config() const { return cfg_; }
+  bool set_full_window(bool full) override;
   // omega_L (B, T, Hq) of the last forward when emit_long_ratio is set (nha.md 2.6): the slots' share
   // of the softmax mass; under a weighted fusion, lambda. Undefined otherwise.
   const Tensor& long_ratio() const { return long_ratio_; }
@@ -67,6 +68,7 @@ class NhaMixer : public Mixer {
   Var short_conv(const Var& lin, const Var& weight, Tensor* cache);
 
   NhaConfig cfg_;
+  int64_t configured_window_;  // cfg_.window as built; set_full_window switches cfg_.window
   int64_t max_seq_len_;
   Linear *q_proj_, *k_proj_, *v_proj_, *f_proj_ = nullptr, *o_proj_, *fusion_proj_ = nullptr;
   Var q_conv_w_, k_conv_w_, v_conv_w_, g_norm_, pos_bias_;

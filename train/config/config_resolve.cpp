@@ -89,7 +89,15 @@ void check_between_sections(const Json& data, const Json& train, const Json& eva
     }
     if (!train["window_randomization"].is_null()) {
       bool nha = false;
-      for (const Json& l : layers) nha = nha || l["mixer"]["type"] == "nha";
+      for (size_t i = 0; i < layers.size(); ++i) {
+        const Json& m = layers[i]["mixer"];
+        if (m["type"] != "nha") continue;
+        nha = true;
+        if (m["pos_enc"] == "learned_short")
+          throw ConfigKeyError("train.window_randomization",
+                               cannot_be_used_problem(str_cat("model.layers[", i, "] has pos_enc \"learned_short\", whose bias "
+                                                              "covers only the configured window")));
+      }
       if (!nha) throw ConfigKeyError("train.window_randomization", cannot_be_used_problem("the model has no nha layer"));
     }
   }
