@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -15,18 +16,28 @@ extern char** environ;
 namespace hyb {
 
 ProcessResult run_process(const std::vector<std::string>& args, const std::string& extra_env) {
+  return run_process(args, extra_env.empty() ? std::vector<std::string>{} : std::vector<std::string>{extra_env});
+}
+
+ProcessResult run_process(const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
   namespace fs = std::filesystem;
+  static std::atomic<int> calls{0};
   fs::create_directories(fs::temp_directory_path() / "hybrid_tests");
-  const std::string log = (fs::temp_directory_path() / "hybrid_tests" / ("process." + std::to_string(getpid()) + ".log")).string();
+  const std::string log = (fs::temp_directory_path() / "hybrid_tests" /
+                           ("process." + std::to_string(getpid()) + "." + std::to_string(calls++) + ".log"))
+                              .string();
   std::vector<std::string> argv_s = args;
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const std::string key = extra_env.substr(0, extra_env.find('=') + 1);
   std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    if (key.empty() || std::string(*e).rfind(key, 0) != 0) env_s.push_back(*e);
-  if (!extra_env.empty()) env_s.push_back(extra_env);
+  for (char** e = environ; *e; ++e) {
+    const std::string entry(*e);
+    bool replaced = false;
+    for (const std::string& x : extra_env) replaced = replaced || entry.rfind(x.substr(0, x.find('=') + 1), 0) == 0;
+    if (!replaced) env_s.push_back(entry);
+  }
+  env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> envp;
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);

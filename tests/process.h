@@ -14,5 +14,7 @@ struct ProcessResult {
 };
 
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& extra_env = "");
+// Several "NAME=VALUE" entries; safe to call from several threads at once.
+ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env);
 
 }  // namespace hyb

@@ -6,7 +6,7 @@
 #   3. a two-"node" run on this host (two `hybrid launch --nnodes 2` invocations, one GPU each,
 #      rendezvous over loopback), compared with the one-launcher run;
 #   4. killing a rank: under one launcher (the launcher tears the group down) and across two
-#      launchers (the survivor's NCCL wait times out, HYBRID_NCCL_TIMEOUT=30), with the time taken;
+#      launchers (the survivor's NCCL wait times out, HYBRID_COMM_TIMEOUT=30), with the time taken;
 #   5. `hybrid bench dp` on a GPT-2-124M-shaped model: 1 GPU, then 2 GPUs at the same per-GPU batch.
 # Everything lands in $OUT (summary.txt first). NCCL_NVLS_ENABLE=0 for every rank (device_env.sh).
 set -uo pipefail
@@ -89,9 +89,9 @@ t0=$(date +%s.%N)
 kill -9 "$victim"
 wait $lp; lrc=$?
 row "kill rank 1 under one launcher" "launcher rc $lrc after $(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')") s"
-HYBRID_NCCL_TIMEOUT=30 CUDA_VISIBLE_DEVICES=0 $h launch --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-port 29612 -- train "${long[@]}" --set train.out_dir='"runs/kill2"' > "$OUT/kill_node0.log" 2>&1 &
+HYBRID_COMM_TIMEOUT=30 CUDA_VISIBLE_DEVICES=0 $h launch --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-port 29612 -- train "${long[@]}" --set train.out_dir='"runs/kill2"' > "$OUT/kill_node0.log" 2>&1 &
 n0=$!
-HYBRID_NCCL_TIMEOUT=30 CUDA_VISIBLE_DEVICES=1 $h launch --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-port 29612 -- train "${long[@]}" --set train.out_dir='"runs/kill2"' > "$OUT/kill_node1.log" 2>&1 &
+HYBRID_COMM_TIMEOUT=30 CUDA_VISIBLE_DEVICES=1 $h launch --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-port 29612 -- train "${long[@]}" --set train.out_dir='"runs/kill2"' > "$OUT/kill_node1.log" 2>&1 &
 n1=$!
 sleep 20
 t0=$(date +%s.%N)

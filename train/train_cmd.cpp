@@ -2,8 +2,8 @@
 // (config.md 3.6) and train_run does the rest; with --resume the newest complete checkpoint under
 // DIR (or DIR itself, when it is one) restores weights, optimizer, data cursor and schedule, and
 // the resolved config must hash as the checkpoint's did. A process whose environment names a rank
-// of several (hybrid launch, srun, mpirun: train/distributed/dist_env.h) trains data parallel over
-// NCCL on GPU LOCAL_RANK.
+// of several (hybrid launch, srun, mpirun: train/distributed/dist_env.h) trains data parallel: over
+// NCCL on GPU LOCAL_RANK, or over TCP between CPU processes when train.device is cpu.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "train/cli.h"
 #include "train/config/config_resolve.h"
 #include "train/distributed/dist_env.h"
+#include "train/distributed/tcp_communicator.h"
 #include "train/train_run.h"
 #if HYBRID_NCCL
 #include "train/distributed/nccl_communicator.h"
@@ -40,18 +41,18 @@ int cmd_train(Args& args) {
             ", or set train.out_dir (or name) to start another");
 
   std::unique_ptr<Communicator> comm;
-  if (env.distributed()) {
-    HYB_CHECK(tc.device.is_cuda(), "train: rank ", env.rank, " of ", env.world_size, " (from ", env.source,
-              "): data parallelism runs on GPUs over NCCL, but train.device is ", tc.device.str());
+  if (env.distributed() && tc.device.is_cpu()) {
+    comm = std::make_unique<TcpCommunicator>(env, comm_timeout_s());
+  } else if (env.distributed()) {
 #if HYBRID_NCCL
     tc.device = Device::cuda(env.local_rank);
-    comm = std::make_unique<NcclCommunicator>(env, env.local_rank, nccl_timeout_s());
-    if (env.rank != 0) spdlog::set_level(spdlog::level::warn);
+    comm = std::make_unique<NcclCommunicator>(env, env.local_rank, comm_timeout_s());
 #else
     throw Error(str_cat("train: rank ", env.rank, " of ", env.world_size,
-                        ": this build has no NCCL (configure with NCCL found, see docs/distributed.md)"));
+                        ": this build has no NCCL for data parallelism on GPUs (see docs/distributed.md)"));
 #endif
   }
+  if (env.rank != 0) spdlog::set_level(spdlog::level::warn);
   const TrainRunResult r = train_run(rc, ckpt, comm.get());
   if (env.rank != 0) return 0;
   if (r.validated) {

@@ -49,7 +49,7 @@ int cmd_bench_dp(Args& args) {
   std::unique_ptr<Communicator> comm;
   if (env.distributed()) {
 #if HYBRID_NCCL
-    comm = std::make_unique<NcclCommunicator>(env, env.local_rank, nccl_timeout_s());
+    comm = std::make_unique<NcclCommunicator>(env, env.local_rank, comm_timeout_s());
 #else
     throw Error("bench dp: this build has no NCCL");
 #endif

@@ -33,16 +33,6 @@ struct NcclCommunicator::State {
                   : std::string());                                                                  \
   } while (0)
 
-double nccl_timeout_s() {
-  const char* v = std::getenv("HYBRID_NCCL_TIMEOUT");
-  if (!v) return 600;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  HYB_CHECK(end && *end == '\0' && s > 0, "environment variable HYBRID_NCCL_TIMEOUT=\"", v,
-            "\" is not a positive number of seconds");
-  return s;
-}
-
 static ncclDataType_t nccl_type(const Tensor& t, const char* op) {
   HYB_CHECK(t.is_cuda() && t.is_contiguous(), op, ": NCCL takes contiguous CUDA tensors, got ", t.device().str());
   if (t.dtype() == DType::f32) return ncclFloat32;
@@ -125,7 +115,7 @@ void NcclCommunicator::before_compute() {
     if (async != ncclSuccess || waited > s_->timeout_s) {
       const std::string why = async != ncclSuccess
                                   ? str_cat("NCCL reported ", ncclGetErrorString(async), ": ", ncclGetLastError(s_->comm))
-                                  : str_cat("no progress for ", s_->timeout_s, " s (HYBRID_NCCL_TIMEOUT)");
+                                  : str_cat("no progress for ", s_->timeout_s, " s (HYBRID_COMM_TIMEOUT)");
       ncclCommAbort(s_->comm);
       s_->aborted = true;
       throw Error(str_cat("data parallel: rank ", rank_, " of ", size_, ": collectives did not complete: ", why,

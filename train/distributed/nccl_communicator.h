@@ -31,7 +31,4 @@ class NcclCommunicator : public Communicator {
   int rank_, size_;
 };
 
-// HYBRID_NCCL_TIMEOUT (seconds, default 600).
-double nccl_timeout_s();
-
 }  // namespace hyb

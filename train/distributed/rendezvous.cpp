@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -54,7 +55,7 @@ bool transfer(int fd, void* buf, size_t n, bool write, Clock::time_point deadlin
 
 std::string where(const DistEnv& e) { return str_cat(e.master_addr, ":", e.master_port); }
 
-std::string serve(const DistEnv& env, const std::string& payload, double timeout_s) {
+std::vector<int> serve(const DistEnv& env, double timeout_s) {
   Fd server(::socket(AF_INET6, SOCK_STREAM, 0));
   HYB_CHECK(server.fd >= 0, "rendezvous (rank 0): socket: ", std::strerror(errno));
   int one = 1, zero = 0;
@@ -72,6 +73,17 @@ std::string serve(const DistEnv& env, const std::string& payload, double timeout
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   std::vector<bool> served(size_t(env.world_size), false);
   served[0] = true;
+  std::vector<int> fds(size_t(env.world_size), -1);
+  // Sockets already accepted are closed if rank 0 gives up.
+  struct Closer {
+    std::vector<int>& fds;
+    bool armed = true;
+    ~Closer() {
+      if (armed)
+        for (int f : fds)
+          if (f >= 0) ::close(f);
+    }
+  } closer{fds};
   int left = env.world_size - 1;
   while (left > 0) {
     const double left_ms = std::chrono::duration<double, std::milli>(deadline - Clock::now()).count();
@@ -87,6 +99,8 @@ std::string serve(const DistEnv& env, const std::string& payload, double timeout
     }
     Fd client(::accept(server.fd, nullptr, nullptr));
     if (client.fd < 0) continue;
+    int one_flag = 1;
+    ::setsockopt(client.fd, IPPROTO_TCP, TCP_NODELAY, &one_flag, sizeof(one_flag));
     int32_t hello[2] = {-1, -1};  // rank, world size
     if (!transfer(client.fd, hello, sizeof(hello), false, deadline)) continue;
     HYB_CHECK(hello[1] == env.world_size, "rendezvous (rank 0): rank ", hello[0], " says WORLD_SIZE=", hello[1],
@@ -94,17 +108,16 @@ std::string serve(const DistEnv& env, const std::string& payload, double timeout
     HYB_CHECK(hello[0] > 0 && hello[0] < env.world_size, "rendezvous (rank 0): a client says it is rank ", hello[0],
               " of ", env.world_size);
     HYB_CHECK(!served[size_t(hello[0])], "rendezvous (rank 0): two processes say they are rank ", hello[0]);
-    const uint32_t n = uint32_t(payload.size());
-    if (!transfer(client.fd, const_cast<uint32_t*>(&n), sizeof(n), true, deadline) ||
-        !transfer(client.fd, const_cast<char*>(payload.data()), n, true, deadline))
-      continue;
     served[size_t(hello[0])] = true;
+    fds[size_t(hello[0])] = client.fd;
+    client.fd = -1;
     --left;
   }
-  return payload;
+  closer.armed = false;
+  return fds;
 }
 
-std::string fetch(const DistEnv& env, double timeout_s) {
+int fetch(const DistEnv& env, double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   std::string last_error = "no attempt";
   while (Clock::now() < deadline) {
@@ -122,18 +135,16 @@ std::string fetch(const DistEnv& env, double timeout_s) {
           continue;
         }
         int32_t hello[2] = {env.rank, env.world_size};
-        uint32_t n = 0;
-        if (!transfer(fd.fd, hello, sizeof(hello), true, deadline) || !transfer(fd.fd, &n, sizeof(n), false, deadline)) {
+        if (!transfer(fd.fd, hello, sizeof(hello), true, deadline)) {
           last_error = "connection closed by rank 0";
           continue;
         }
-        std::string payload(n, '\0');
-        if (!transfer(fd.fd, payload.data(), n, false, deadline)) {
-          last_error = "connection closed by rank 0";
-          continue;
-        }
+        int one_flag = 1;
+        ::setsockopt(fd.fd, IPPROTO_TCP, TCP_NODELAY, &one_flag, sizeof(one_flag));
         ::freeaddrinfo(res);
-        return payload;
+        const int out = fd.fd;
+        fd.fd = -1;
+        return out;
       }
       ::freeaddrinfo(res);
     }
@@ -155,9 +166,53 @@ double rendezvous_timeout_s() {
   return s;
 }
 
+Star::~Star() {
+  for (int f : fds_)
+    if (f >= 0) ::close(f);
+}
+
+int Star::fd(int peer) const {
+  HYB_ASSERT(peer >= 0 && peer < world_ && peer != rank_ && (rank_ == 0 || peer == 0), "rank ", rank_,
+             " has no connection to rank ", peer);
+  return rank_ == 0 ? fds_[size_t(peer)] : fds_[0];
+}
+
+void Star::send(int peer, const void* data, size_t n, double timeout_s) const {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  HYB_CHECK(transfer(fd(peer), const_cast<void*>(data), n, true, deadline), "data parallel: rank ", rank_, " of ", world_,
+            ": sending to rank ", peer, " failed or took over ", timeout_s,
+            " s (HYBRID_COMM_TIMEOUT); that rank probably died or stopped (see its log)");
+}
+
+void Star::recv(int peer, void* data, size_t n, double timeout_s) const {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  HYB_CHECK(transfer(fd(peer), data, n, false, deadline), "data parallel: rank ", rank_, " of ", world_,
+            ": receiving from rank ", peer, " failed or took over ", timeout_s,
+            " s (HYBRID_COMM_TIMEOUT); that rank probably died or stopped (see its log)");
+}
+
+Star rendezvous_star(const DistEnv& env, double timeout_s) {
+  if (env.world_size == 1) return Star(0, 1, {});
+  if (env.rank == 0) return Star(0, env.world_size, serve(env, timeout_s));
+  return Star(env.rank, env.world_size, {fetch(env, timeout_s)});
+}
+
 std::string rendezvous_share(const DistEnv& env, const std::string& payload, double timeout_s) {
+  const Star star = rendezvous_star(env, timeout_s);
   if (env.world_size == 1) return payload;
-  return env.rank == 0 ? serve(env, payload, timeout_s) : fetch(env, timeout_s);
+  if (env.rank == 0) {
+    const uint32_t n = uint32_t(payload.size());
+    for (int r = 1; r < env.world_size; ++r) {
+      star.send(r, &n, sizeof(n), timeout_s);
+      star.send(r, payload.data(), n, timeout_s);
+    }
+    return payload;
+  }
+  uint32_t n = 0;
+  star.recv(0, &n, sizeof(n), timeout_s);
+  std::string out(n, '\0');
+  star.recv(0, out.data(), n, timeout_s);
+  return out;
 }
 
 }  // namespace hyb

@@ -1,8 +1,5 @@
 #include "train/distributed/thread_communicator.h"
 
-#include <algorithm>
-
-#include "core/dispatch.h"
 
 namespace hyb {
 
@@ -28,22 +25,11 @@ std::vector<const Tensor*> ThreadCommunicator::exchange(const Tensor& in, const 
 }
 
 void ThreadCommunicator::reduce_range(const std::vector<const Tensor*>& ins, int64_t first, Tensor& out, ReduceOp op) {
-  const int64_t n = out.numel();
-  Tensor acc = Tensor::empty({n}, out.dtype());
-  visit_float("ThreadCommunicator", out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* a = acc.data<T>();
-    for (int64_t i = 0; i < n; ++i) a[i] = ins[0]->data<T>()[first + i];
-    for (size_t r = 1; r < ins.size(); ++r) {
-      const T* x = ins[r]->data<T>() + first;
-      for (int64_t i = 0; i < n; ++i) a[i] = op == ReduceOp::max ? std::max(a[i], x[i]) : a[i] + x[i];
-    }
-    if (op == ReduceOp::mean)
-      for (int64_t i = 0; i < n; ++i) a[i] /= T(ins.size());
-  });
+  Tensor acc = Tensor::empty(out.shape(), out.dtype());
+  reduce_in_rank_order(ins, first, acc, op);
   // Everyone must have read the inputs before anyone writes an output (in-place collectives).
   release();
-  out.copy_(acc.view(out.shape()));
+  out.copy_(acc);
 }
 
 void ThreadCommunicator::all_reduce(Tensor& t, ReduceOp op) {

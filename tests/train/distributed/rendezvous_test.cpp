@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/error.h"
 #include "train/distributed/rendezvous.h"
 
 using namespace hyb;
@@ -50,8 +51,17 @@ TEST_CASE("rendezvous: a rank that cannot reach rank 0 names the address and the
 
 TEST_CASE("rendezvous: rank 0 names the ranks that never connected", "[distributed]") {
   const int port = test_port(2);
-  std::thread one([&] { rendezvous_share(env_of(1, 3, port), "", 5.0); });
+  std::string one_error;
+  std::thread one([&] {
+    try {
+      rendezvous_share(env_of(1, 3, port), "", 5.0);
+    } catch (const Error& e) {
+      one_error = e.what();
+    }
+  });
   REQUIRE_THROWS_WITH(rendezvous_share(env_of(0, 3, port), "id", 1.0),
                       Catch::Contains("rendezvous (rank 0): ranks 2 did not connect"));
   one.join();
+  // Rank 1 had connected; rank 0 giving up closes its connection, which rank 1 reports.
+  REQUIRE_THAT(one_error, Catch::Contains("rank 1 of 3: receiving from rank 0 failed"));
 }
