@@ -8,8 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/rng.h"
-#include "data/shard.h"
+#include "train/run_util.h"
 #include "train/checkpoint.h"
 #include "train/config/config_resolve.h"
 #include "train/train_run.h"
@@ -20,15 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string setup_dir() {
-  fs::path d = fs::temp_directory_path() / "hybrid_tests" / "window_randomization";
-  fs::remove_all(d);
-  fs::create_directories(d);
-  RngStream r(17, "test.wr.shard");
-  std::vector<uint16_t> train, val;
-  for (int i = 0; i < 6000; ++i) train.push_back(uint16_t(r.below(4) == 0 ? r.below(256) : "sliding windows"[i % 15]));
-  for (int i = 0; i < 600; ++i) val.push_back(uint16_t("sliding windows"[i % 15]));
-  write_shard((d / "train.bin").string(), train);
-  write_shard((d / "val.bin").string(), val);
+  const fs::path d = tiny_run_dir("window_randomization", "sliding windows", 17);
   nlohmann::json cfg = {
       {"model", {{"d_model", 32}, {"num_layers", 3},
                  {"block", {{"mixer", {{"type", "nha"}, {"num_heads", 2}, {"num_kv_heads", 2}, {"head_dim", 16}, {"value_head_dim", 16},
@@ -43,16 +34,6 @@ std::string setup_dir() {
   return d.string();
 }
 
-std::vector<double> metric(const std::string& path, const char* kind) {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
 
 std::vector<double> train(const std::string& d, const std::string& name, std::vector<std::string> sets,
                           const std::string& resume = "") {

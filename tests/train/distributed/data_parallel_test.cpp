@@ -11,9 +11,8 @@
 #include <thread>
 
 #include "compare.h"
-#include "core/rng.h"
 #include "core/safetensors.h"
-#include "data/shard.h"
+#include "train/run_util.h"
 #include "train/config/config_resolve.h"
 #include "train/distributed/thread_communicator.h"
 #include "train/train_run.h"
@@ -24,15 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string setup_dir() {
-  fs::path d = fs::temp_directory_path() / "hybrid_tests" / "data_parallel";
-  fs::remove_all(d);
-  fs::create_directories(d);
-  RngStream r(11, "test.dp.shard");
-  std::vector<uint16_t> train, val;
-  for (int i = 0; i < 8000; ++i) train.push_back(uint16_t(r.below(6) == 0 ? r.below(256) : "data parallel"[i % 13]));
-  for (int i = 0; i < 700; ++i) val.push_back(uint16_t(r.below(6) == 0 ? r.below(256) : "data parallel"[i % 13]));
-  write_shard((d / "train.bin").string(), train);
-  write_shard((d / "val.bin").string(), val);
+  const fs::path d = tiny_run_dir("data_parallel", "data parallel", 11, 8000, 700);
   nlohmann::json cfg = {
       {"model", {{"d_model", 32}, {"num_layers", 2},
                  {"block", {{"mixer", {{"type", "attention"}, {"num_heads", 2}, {"window", 8}}}}}}},
@@ -81,17 +72,6 @@ TrainRunResult train_on_threads(const std::string& dir, const std::string& name,
   return results[0];
 }
 
-// One field of the metrics records of a kind ("train" or "ppl"), in order.
-std::vector<double> metric(const std::string& path, const char* kind, const char* field = "loss") {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out.push_back(j[field].get<double>());
-  }
-  return out;
-}
 
 // Every tensor of two safetensors files within a relative (norm-wise) tolerance.
 void require_close_files(const std::string& a, const std::string& b, double tol) {

@@ -13,8 +13,7 @@
 #include <thread>
 
 #include "compare.h"
-#include "core/rng.h"
-#include "data/shard.h"
+#include "train/run_util.h"
 #include "process.h"
 
 using namespace hyb;
@@ -23,15 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string setup_dir() {
-  fs::path d = fs::temp_directory_path() / "hybrid_tests" / "launch";
-  fs::remove_all(d);
-  fs::create_directories(d);
-  RngStream r(19, "test.launch.shard");
-  std::vector<uint16_t> train, val;
-  for (int i = 0; i < 6000; ++i) train.push_back(uint16_t(r.below(6) == 0 ? r.below(256) : "two processes"[i % 13]));
-  for (int i = 0; i < 600; ++i) val.push_back(uint16_t("two processes"[i % 13]));
-  write_shard((d / "train.bin").string(), train);
-  write_shard((d / "val.bin").string(), val);
+  const fs::path d = tiny_run_dir("launch", "two processes", 19);
   nlohmann::json cfg = {
       {"model", {{"d_model", 32}, {"num_layers", 2}, {"block", {{"mixer", {{"type", "attention"}, {"num_heads", 2}}}}}}},
       {"data", {{"tokenizer", "byte"}, {"train", (d / "train.bin").string()}, {"val", (d / "val.bin").string()},
@@ -62,16 +53,6 @@ std::vector<std::string> launch(int nnodes, int node_rank, int nproc, int p, con
   return hybrid(a);
 }
 
-std::vector<double> metric(const std::string& path, const char* kind, const char* field) {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out.push_back(j[field].get<double>());
-  }
-  return out;
-}
 
 void require_same_run(const std::string& d, const std::string& run) {
   for (auto [kind, field] : {std::pair{"train", "loss"}, std::pair{"train", "grad_norm"}, std::pair{"ppl", "loss"}}) {

@@ -10,8 +10,7 @@
 
 #include "compare.h"
 #include "core/device.h"
-#include "core/rng.h"
-#include "data/shard.h"
+#include "train/run_util.h"
 #include "train/config/config_resolve.h"
 #include "train/distributed/nccl_communicator.h"
 #include "train/train_run.h"
@@ -33,16 +32,6 @@ Tensor ramp(int64_t n, double base) {
   return Tensor::from_vector(v, {n}).to(Device::cuda(0));
 }
 
-std::vector<double> metric(const std::string& path, const char* kind, const char* field) {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out.push_back(j[field].get<double>());
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -63,15 +52,7 @@ TEST_CASE("NCCL with one rank: collectives on the comm stream meet the compute s
 }
 
 TEST_CASE("NCCL with one rank: the data-parallel training path equals the plain one on the GPU", "[gpu][distributed][train]") {
-  fs::path d = fs::temp_directory_path() / "hybrid_tests" / "nccl_one_rank";
-  fs::remove_all(d);
-  fs::create_directories(d);
-  RngStream r(13, "test.nccl.shard");
-  std::vector<uint16_t> train, val;
-  for (int i = 0; i < 8000; ++i) train.push_back(uint16_t(r.below(5) == 0 ? r.below(256) : "one rank"[i % 8]));
-  for (int i = 0; i < 600; ++i) val.push_back(uint16_t("one rank"[i % 8]));
-  write_shard((d / "train.bin").string(), train);
-  write_shard((d / "val.bin").string(), val);
+  const fs::path d = tiny_run_dir("nccl_one_rank", "one rank", 13, 8000);
   nlohmann::json cfg = {
       {"model", {{"d_model", 64}, {"num_layers", 2}, {"block", {{"mixer", {{"type", "attention"}, {"num_heads", 2}}}}}}},
       {"data", {{"tokenizer", "byte"}, {"train", (d / "train.bin").string()}, {"val", (d / "val.bin").string()},
