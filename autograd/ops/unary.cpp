@@ -15,6 +15,7 @@ const char* unary_name(UnaryOp op) {
     case UnaryOp::logsigmoid: return "logsigmoid";
     case UnaryOp::exp: return "exp";
     case UnaryOp::log: return "log";
+    case UnaryOp::relu: return "relu";
   }
   HYB_ASSERT(false, "bad UnaryOp");
 }
@@ -71,6 +72,7 @@ Var gelu_tanh(const Var& x) { return unary(UnaryOp::gelu_tanh, x); }
 Var sigmoid(const Var& x) { return unary(UnaryOp::sigmoid, x); }
 Var softplus(const Var& x) { return unary(UnaryOp::softplus, x); }
 Var logsigmoid(const Var& x) { return unary(UnaryOp::logsigmoid, x); }
+Var relu(const Var& x) { return unary(UnaryOp::relu, x); }
 Var exp(const Var& x) { return unary(UnaryOp::exp, x); }
 Var log(const Var& x) { return unary(UnaryOp::log, x); }
 Var neg(const Var& x) { return affine("neg", x, -1.0, 0.0); }

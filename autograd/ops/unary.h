@@ -5,6 +5,7 @@
 //   sigmoid(x)    = 1 / (1 + exp(-x))                              dx = dy y (1 - y)      (saves y)
 //   softplus(x)   = log(1 + exp(x)), or x when x > 20 (PyTorch's threshold)   dx = dy sigmoid(x), dy above 20
 //   logsigmoid(x) = min(x, 0) - log1p(exp(-|x|))                   dx = dy sigmoid(-x)
+//   relu(x)       = max(x, 0)                                       dx = dy [x > 0]
 //   exp(x)        (saves y: dx = dy y);  log(x): dx = dy / x;  neg(x) = -x
 //   add_scalar(x, c) = x + c,  mul_scalar(x, c) = c x: both the affine map alpha x + beta.
 // Example: Var h = silu(x);  Tensor p = unary_forward(UnaryOp::sigmoid, logits);
@@ -13,7 +14,7 @@
 
 namespace hyb {
 
-enum class UnaryOp { silu, gelu_tanh, sigmoid, softplus, logsigmoid, exp, log };
+enum class UnaryOp { silu, gelu_tanh, sigmoid, softplus, logsigmoid, exp, log, relu };
 
 const char* unary_name(UnaryOp op);
 // exp and sigmoid write their derivative in terms of the output, so they save y instead of x.
@@ -34,6 +35,7 @@ Var gelu_tanh(const Var& x);
 Var sigmoid(const Var& x);
 Var softplus(const Var& x);
 Var logsigmoid(const Var& x);
+Var relu(const Var& x);
 Var exp(const Var& x);
 Var log(const Var& x);
 Var neg(const Var& x);

@@ -67,6 +67,7 @@ Tensor unary_forward_cpu(UnaryOp op, const Tensor& x) {
         return map_cpu<T>(x, [](T v) { return std::min(v, T(0)) - std::log1p(exp_cpu(-std::abs(v))); });
       case UnaryOp::exp: return map_cpu<T>(x, [](T v) { return exp_cpu(v); });
       case UnaryOp::log: return map_cpu<T>(x, [](T v) { return std::log(v); });
+      case UnaryOp::relu: return map_cpu<T>(x, [](T v) { return v > T(0) ? v : T(0); });
     }
     HYB_ASSERT(false, "bad UnaryOp");
   });
@@ -99,6 +100,7 @@ Tensor unary_backward_cpu(const UnarySaved& s, const Tensor& dy) {
         });
       case UnaryOp::exp: return map2_cpu<T>(s.t, dy, [](T y, T g) { return g * y; });
       case UnaryOp::log: return map2_cpu<T>(s.t, dy, [](T x, T g) { return g / x; });
+      case UnaryOp::relu: return map2_cpu<T>(s.t, dy, [](T x, T g) { return x > T(0) ? g : T(0); });
     }
     HYB_ASSERT(false, "bad UnaryOp");
   });

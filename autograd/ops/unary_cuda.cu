@@ -46,6 +46,9 @@ struct ExpForward {
 struct LogForward {
   __device__ float operator()(float v) const { return logf(v); }
 };
+struct ReluForward {
+  __device__ float operator()(float v) const { return v > 0.f ? v : 0.f; }
+};
 struct AffineForward {
   float alpha, beta;
   __device__ float operator()(float v) const { return alpha * v + beta; }
@@ -87,6 +90,9 @@ struct ExpBackward {
 struct LogBackward {
   __device__ float operator()(float x, float g) const { return g / x; }
 };
+struct ReluBackward {
+  __device__ float operator()(float x, float g) const { return x > 0.f ? g : 0.f; }
+};
 
 template <typename T, typename F>
 Tensor unary_map(const char* kernel, const Tensor& x, F f) {
@@ -111,6 +117,7 @@ Tensor unary_forward_cuda(UnaryOp op, const Tensor& x) {
       case UnaryOp::logsigmoid: return unary_map<T>("logsigmoid_forward_kernel", x, LogsigmoidForward{});
       case UnaryOp::exp: return unary_map<T>("exp_forward_kernel", x, ExpForward{});
       case UnaryOp::log: return unary_map<T>("log_forward_kernel", x, LogForward{});
+      case UnaryOp::relu: return unary_map<T>("relu_forward_kernel", x, ReluForward{});
     }
     HYB_ASSERT(false, "bad UnaryOp");
   });
@@ -127,6 +134,7 @@ Tensor unary_backward_cuda(const UnarySaved& s, const Tensor& dy) {
       case UnaryOp::logsigmoid: return unary_grad_map<T>("logsigmoid_backward_kernel", s.t, dy, LogsigmoidBackward{});
       case UnaryOp::exp: return unary_grad_map<T>("exp_backward_kernel", s.t, dy, ExpBackward{});
       case UnaryOp::log: return unary_grad_map<T>("log_backward_kernel", s.t, dy, LogBackward{});
+      case UnaryOp::relu: return unary_grad_map<T>("relu_backward_kernel", s.t, dy, ReluBackward{});
     }
     HYB_ASSERT(false, "bad UnaryOp");
   });

@@ -26,6 +26,7 @@ GsaConfig gsa_config_from_json(const json& m) {
   c.conv_bias = m.at("conv_bias").get<bool>();
   c.conv_size = m.at("conv_size").get<int64_t>();
   c.elementwise_affine = m.at("elementwise_affine").get<bool>();
+  c.feature_map = m.at("feature_map").get<std::string>();
   return c;
 }
 
@@ -52,8 +53,15 @@ GsaMixer::GsaMixer(const GsaConfig& cfg, const MixerContext& ctx) : cfg_(cfg) {
       v_conv_b_ = register_parameter("v_conv1d.bias", {Hkv * V}, ParamInit::constant(0.0));
     }
   }
+  if (cfg.feature_map == "t2r") feature_layer_ = linear("feature_map.layer", K, K, family);
   if (cfg.elementwise_affine) g_norm_ = register_parameter("g_norm.weight", {Hq * V}, ParamInit::constant(1.0), false);
   o_proj_ = linear("o_proj", Hq * V, d, ctx.init == "gpt2" ? ParamInit::normal(ctx.residual_std()) : family);
+}
+
+Var GsaMixer::feature_map(const Var& x) const {
+  if (cfg_.feature_map == "relu") return relu(x);
+  if (cfg_.feature_map == "t2r") return relu(feature_layer_->forward(x));
+  return silu(x);
 }
 
 Var GsaMixer::short_conv(const Var& lin, const Var& weight, const Var& bias, Tensor* cache) {
@@ -73,9 +81,9 @@ Var GsaMixer::run(const Var& x, GsaState* st) {
                 V = cfg_.head_v_dim, M = cfg_.num_slots;
   const DType dt = x.dtype(), sdt = dt == DType::bf16 ? DType::f32 : dt;
   const bool convs = st && cfg_.use_short_conv;
-  // 1-4: projections, short convs, heads, swish on q and k, SiLU on v (twice with convs, as FLA).
-  Var q = silu(reshape(short_conv(q_proj_->forward(x), q_conv_w_, q_conv_b_, convs ? &st->q_conv : nullptr), {B, T, Hq, K}));
-  Var k = silu(reshape(short_conv(k_proj_->forward(x), k_conv_w_, k_conv_b_, convs ? &st->k_conv : nullptr), {B, T, Hkv, K}));
+  // 1-4: projections, short convs, heads, the feature map on q and k, SiLU on v (twice with convs, as FLA).
+  Var q = feature_map(reshape(short_conv(q_proj_->forward(x), q_conv_w_, q_conv_b_, convs ? &st->q_conv : nullptr), {B, T, Hq, K}));
+  Var k = feature_map(reshape(short_conv(k_proj_->forward(x), k_conv_w_, k_conv_b_, convs ? &st->k_conv : nullptr), {B, T, Hkv, K}));
   Var v = silu(reshape(short_conv(v_proj_->forward(x), v_conv_w_, v_conv_b_, convs ? &st->v_conv : nullptr), {B, T, Hkv, V}));
   // 5: g = logsigmoid(f) / tau, s = 1 - exp(g).
   Var g = mul_scalar(logsigmoid(reshape(cast(f_proj_->forward(x), sdt), {B, T, Hkv, M})), 1.0 / cfg_.gate_logit_normalizer);

@@ -13,6 +13,7 @@ namespace hyb {
 struct GsaConfig {
   int64_t d_model = 0, num_heads = 4, num_kv_heads = 4, head_k_dim = 0, head_v_dim = 0, num_slots = 64;
   double gate_logit_normalizer = 8.0, scale = 1.0, norm_eps = 1e-6;
+  std::string feature_map = "swish";  // on q and k: swish | relu | t2r
   bool use_short_conv = false, conv_bias = false, elementwise_affine = true;
   int64_t conv_size = 4;
 };
@@ -42,7 +43,10 @@ class GsaMixer : public Mixer {
   Var short_conv(const Var& lin, const Var& weight, const Var& bias, Tensor* cache);
 
   GsaConfig cfg_;
+  Var feature_map(const Var& x) const;  // gsa.md 5.2 step 4
+
   Linear *q_proj_, *k_proj_, *v_proj_, *f_proj_, *o_proj_;
+  Linear* feature_layer_ = nullptr;  // t2r's shared K x K matrix
   Var q_conv_w_, k_conv_w_, v_conv_w_, q_conv_b_, k_conv_b_, v_conv_b_, g_norm_;
 };
 

@@ -1,5 +1,4 @@
-// The GSA mixer's keys (gsa.md 8) and its rules. Departures from the spec's table: feature_map
-// accepts only "swish" for now ("relu" and "t2r" have no module code yet), and d_model is a key
+// The GSA mixer's keys (gsa.md 8) and its rules. Departure from the spec's table: d_model is a key
 // like every other family's.
 #include "layers/gsa/gsa_config.h"
 
@@ -45,8 +44,8 @@ const KeyTable kGsaKeys{"gsa", nullptr, {
      .range = Range::at_least(1), .default_doc = "64 (null: K)", .doc = "M, memory slots per head"},
     {.name = "gate_logit_normalizer", .type = KeyType::number, .default_value = 8.0, .range = Range::above(0),
      .doc = "tau: g = logsigmoid(f_proj x) / tau, s = 1 - exp(g)"},
-    {.name = "feature_map", .type = KeyType::enumeration, .default_value = "swish", .values = {"swish"},
-     .doc = "feature map on q and k (relu and t2r of FLA are not implemented)"},
+    {.name = "feature_map", .type = KeyType::enumeration, .default_value = "swish", .values = {"swish", "relu", "t2r"},
+     .doc = "feature map on q and k: silu, relu, or t2r = relu(x W^T) with one shared K x K matrix"},
     {.name = "scale", .type = KeyType::number, .default_value = 1.0, .null = Null::derived, .range = Range::above(0),
      .default_doc = "1.0 (null: K^(-1/2))", .doc = "slot-logit scale (FLA's layer: 1.0)"},
     {.name = "use_short_conv", .type = KeyType::boolean, .default_value = false,

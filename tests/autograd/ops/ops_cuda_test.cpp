@@ -46,6 +46,7 @@ std::vector<UnaryCase> unary_cases() {
       {"softplus", [](const Var& x) { return softplus(x); }, 0, 12},
       {"logsigmoid", [](const Var& x) { return logsigmoid(x); }, 0, 5},
       {"exp", [](const Var& x) { return exp(x); }, 0, 2},
+      {"relu", [](const Var& x) { return relu(x); }, 0, 1},
       {"log", [](const Var& x) { return log(x); }, 3, 0.7},
       {"neg", [](const Var& x) { return neg(x); }, 0, 1},
       {"add_scalar", [](const Var& x) { return add_scalar(x, 0.37); }, 0, 1},

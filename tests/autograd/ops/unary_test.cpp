@@ -36,6 +36,7 @@ std::vector<UnaryCase> unary_cases() {
       {"logsigmoid", [](const Var& x) { return logsigmoid(x); },
        [](double x) { return x > 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }, 0, 5},
       {"exp", [](const Var& x) { return exp(x); }, [](double x) { return std::exp(x); }, 0, 2},
+      {"relu", [](const Var& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, 0, 1},
       {"log", [](const Var& x) { return log(x); }, [](double x) { return std::log(x); }, 3, 0.7},
       {"neg", [](const Var& x) { return neg(x); }, [](double x) { return -x; }, 0, 1},
       {"add_scalar", [](const Var& x) { return add_scalar(x, 0.37); }, [](double x) { return x + 0.37; }, 0, 1, 1.0},
