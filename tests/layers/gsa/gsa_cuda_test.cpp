@@ -12,6 +12,7 @@
 #include "layers/gsa/gsa.h"
 #include "layers/gsa/gsa_config.h"
 #include "layers/gsa/gsa_op.h"
+#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 #include "parity.h"
 
@@ -27,22 +28,11 @@ Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
 }
 
 json resolved(const json& written, int64_t d_model) {
-  Json mixer = Json::parse(written.dump());
-  mixer["type"] = "gsa";
-  LayerConfigContext ctx;
-  ctx.d_model = d_model;
-  ctx.max_seq_len = 128;
-  ctx.num_layers = 1;
-  resolve_gsa_config(mixer, ctx);
-  return json::parse(mixer.dump());
+  return resolve_test_mixer("gsa", written, {.d_model = d_model, .max_seq_len = 128});
 }
 
 MixerContext mixer_context(int64_t d_model) {
-  MixerContext ctx;
-  ctx.d_model = d_model;
-  ctx.num_layers = 1;
-  ctx.max_seq_len = 128;
-  return ctx;
+  return test_mixer_context({.d_model = d_model, .max_seq_len = 128}, "family", true);
 }
 
 // Write weights, gates and memories stay f32 when the activations are bf16 (gsa.md 4.5).

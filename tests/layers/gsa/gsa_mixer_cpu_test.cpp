@@ -11,6 +11,7 @@
 #include "layers/gsa/gsa.h"
 #include "layers/gsa/gsa_config.h"
 #include "layers/model/causal_lm.h"
+#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -19,27 +20,11 @@ using json = nlohmann::json;
 namespace {
 
 json resolved(const json& written, int64_t d_model) {
-  Json mixer = Json::parse(written.dump());
-  mixer["type"] = "gsa";
-  LayerConfigContext ctx;
-  ctx.d_model = d_model;
-  ctx.max_seq_len = 64;
-  ctx.num_layers = 1;
-  resolve_gsa_config(mixer, ctx);
-  return json::parse(mixer.dump());
+  return resolve_test_mixer("gsa", written, {.d_model = d_model, .max_seq_len = 64});
 }
 
 MixerContext mixer_context(int64_t d_model, int64_t num_layers = 1, const std::string& init = "family") {
-  MixerContext ctx;
-  ctx.d_model = d_model;
-  ctx.num_layers = num_layers;
-  ctx.max_seq_len = 64;
-  ctx.init = init;
-  return ctx;
-}
-
-void randomize(Module& m, uint64_t seed) {
-  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, 0.5);
+  return test_mixer_context({.d_model = d_model, .max_seq_len = 64, .num_layers = num_layers}, init, true);
 }
 
 std::string error_of(const json& mixer, int64_t d_model) {
@@ -68,7 +53,7 @@ TEST_CASE("every GSA parameter and the layer input have gradients matching finit
       ParameterScope f64(Device::cpu(), DType::f64);
       GsaMixer layer(gsa_config_from_json(resolved(mixer, 8)), mixer_context(8));
       layer.initialize(1);
-      randomize(layer, 2);
+      randomize_parameters(layer, 2);
       Var x(random_tensor({1, 11, 8}, 3), true);
       std::vector<Var> leaves{x};
       std::vector<std::string> names{"x"};
@@ -106,7 +91,7 @@ TEST_CASE("GSA feature maps: relu and t2r change the layer, t2r adds one shared 
     auto layer = std::make_unique<GsaMixer>(gsa_config_from_json(resolved({{"num_heads", 2}, {"num_slots", 3}, {"feature_map", fm}}, 8)),
                                             mixer_context(8));
     layer->initialize(1);
-    randomize(*layer, 2);
+    randomize_parameters(*layer, 2);
     return layer;
   };
   auto swish = build("swish"), relu_fm = build("relu"), t2r = build("t2r");
@@ -130,7 +115,7 @@ TEST_CASE("GSA decoding from the carried memories equals the full forward: singl
                                                   {"use_short_conv", convs}}, 8)),
                    mixer_context(8));
     layer.initialize(7);
-    randomize(layer, 8);
+    randomize_parameters(layer, 8);
     NoGradGuard no_grad;
     const int64_t B = 2, T = 23;
     Tensor x = random_tensor({B, T, 8}, 9);
@@ -159,44 +144,11 @@ TEST_CASE("GSA decoding from the carried memories equals the full forward: singl
 
 TEST_CASE("a model of GSA and attention layers decodes token by token to the parallel forward's logits",
           "[gsa][model][cpu][decode]") {
-  ParameterScope f64(Device::cpu(), DType::f64);
-  LmConfig cfg;
-  cfg.vocab_size = 16;
-  cfg.real_vocab = 13;
-  cfg.d_model = 8;
-  cfg.max_seq_len = 64;
-  cfg.init_std = 0.3;
-  LayerConfigContext lctx;
-  lctx.d_model = 8;
-  lctx.max_seq_len = 64;
-  Json attention = {{"type", "attention"}, {"num_heads", 2}, {"head_dim", 4}, {"window", 4}};
-  find_layer("attention")->resolve_config(attention, lctx);
-  cfg.layers = {{resolved({{"num_heads", 2}, {"num_slots", 4}}, 8), "swiglu", 12},
-                {json::parse(attention.dump()), "swiglu", 12},
-                {resolved({{"num_heads", 2}, {"num_kv_heads", 1}, {"num_slots", 3}, {"use_short_conv", true}}, 8), "none", 0}};
-  CausalLM lm(cfg);
-  lm.initialize(11);
-  randomize(lm, 12);
-  NoGradGuard no_grad;
-  const int64_t B = 2, T = 15;
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < B * T; ++i) v.push_back(int32_t((i * 5 + 1) % 13));
-  Tensor ids = Tensor::from_vector<int32_t>(v, {B, T});
-  Tensor full = lm.logits(ids, DType::f64).data().reshape({B, T, -1});
-  for (int64_t prefill : {1, 6}) {
-    DYNAMIC_SECTION("prefill " << prefill) {
-      LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
-      std::vector<Tensor> steps;
-      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
-      for (int64_t t = prefill; t < T; ++t)
-        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
-      int64_t t = 0;
-      for (const Tensor& s : steps) {
-        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
-        t += s.size(1);
-      }
-    }
-  }
+  const json attention = resolve_test_mixer("attention", {{"num_heads", 2}, {"head_dim", 4}, {"window", 4}}, {});
+  require_decode_matches_forward(small_decode_lm({
+      {resolved({{"num_heads", 2}, {"num_slots", 4}}, 8), "swiglu", 12},
+      {attention, "swiglu", 12},
+      {resolved({{"num_heads", 2}, {"num_kv_heads", 1}, {"num_slots", 3}, {"use_short_conv", true}}, 8), "none", 0}}));
 }
 
 TEST_CASE("the gsa config derives heads, slots and scale and rejects what does not fit", "[gsa][config]") {

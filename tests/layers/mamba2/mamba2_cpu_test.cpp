@@ -11,6 +11,7 @@
 #include "layers/mamba2/mamba2.h"
 #include "layers/mamba2/mamba2_config.h"
 #include "layers/model/causal_lm.h"
+#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -20,30 +21,14 @@ namespace {
 
 // The resolved mixer object (what the config resolver hands the model).
 json resolved(const json& written, int64_t d_model, int64_t num_layers = 1) {
-  Json mixer = Json::parse(written.dump());
-  mixer["type"] = "mamba2";
-  LayerConfigContext ctx;
-  ctx.d_model = d_model;
-  ctx.max_seq_len = 64;
-  ctx.num_layers = num_layers;
-  resolve_mamba2_config(mixer, ctx);
-  return json::parse(mixer.dump());
+  return resolve_test_mixer("mamba2", written, {.d_model = d_model, .max_seq_len = 64, .num_layers = num_layers});
 }
 
 MixerContext mixer_context(int64_t d_model, int64_t num_layers = 1, bool has_mlp = true, const std::string& init = "family") {
-  MixerContext ctx;
-  ctx.d_model = d_model;
-  ctx.num_layers = num_layers;
-  ctx.max_seq_len = 64;
-  ctx.init = init;
-  ctx.has_mlp = has_mlp;
-  return ctx;
+  return test_mixer_context({.d_model = d_model, .max_seq_len = 64, .num_layers = num_layers}, init, has_mlp);
 }
 
 // Every parameter redrawn at a scale where each path carries a gradient well above rounding.
-void randomize(Module& m, uint64_t seed) {
-  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, 0.5);
-}
 
 std::string error_of(json mixer, int64_t d_model) {
   try {
@@ -70,7 +55,7 @@ TEST_CASE("every Mamba2 parameter and the layer input have gradients matching fi
       ParameterScope f64(Device::cpu(), DType::f64);
       Mamba2Mixer layer(mamba2_config_from_json(resolved(mixer, 4)), mixer_context(4));
       layer.initialize(1);
-      randomize(layer, 2);
+      randomize_parameters(layer, 2);
       Var x(random_tensor({1, 11, 4}, 3), true);
       std::vector<Var> leaves{x};
       std::vector<std::string> names{"x"};
@@ -167,7 +152,7 @@ TEST_CASE("Mamba2 decoding from the carried state equals the full forward: singl
   Mamba2Mixer layer(mamba2_config_from_json(resolved({{"headdim", 4}, {"d_state", 5}, {"ngroups", 2}}, 8)),
                     mixer_context(8));
   layer.initialize(7);
-  randomize(layer, 8);
+  randomize_parameters(layer, 8);
   NoGradGuard no_grad;
   const int64_t B = 2, T = 23;
   Tensor x = random_tensor({B, T, 8}, 9);
@@ -195,44 +180,11 @@ TEST_CASE("Mamba2 decoding from the carried state equals the full forward: singl
 
 TEST_CASE("a model of Mamba2 and attention layers decodes token by token to the parallel forward's logits",
           "[mamba2][model][cpu][decode]") {
-  ParameterScope f64(Device::cpu(), DType::f64);
-  LmConfig cfg;
-  cfg.vocab_size = 16;
-  cfg.real_vocab = 13;
-  cfg.d_model = 8;
-  cfg.max_seq_len = 64;
-  cfg.init_std = 0.3;
-  LayerConfigContext lctx;
-  lctx.d_model = 8;
-  lctx.max_seq_len = 64;
-  Json attention = {{"type", "attention"}, {"num_heads", 2}, {"head_dim", 4}};
-  find_layer("attention")->resolve_config(attention, lctx);
-  cfg.layers = {{resolved({{"headdim", 4}, {"d_state", 3}}, 8, 3), "swiglu", 12},
-                {json::parse(attention.dump()), "swiglu", 12},
-                {resolved({{"headdim", 8}, {"d_state", 4}, {"ngroups", 2}}, 8, 3), "none", 0}};
-  CausalLM lm(cfg);
-  lm.initialize(11);
-  randomize(lm, 12);
-  NoGradGuard no_grad;
-  const int64_t B = 2, T = 15;
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < B * T; ++i) v.push_back(int32_t((i * 5 + 1) % 13));
-  Tensor ids = Tensor::from_vector<int32_t>(v, {B, T});
-  Tensor full = lm.logits(ids, DType::f64).data().reshape({B, T, -1});
-  for (int64_t prefill : {1, 6}) {
-    DYNAMIC_SECTION("prefill " << prefill) {
-      LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
-      std::vector<Tensor> steps;
-      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
-      for (int64_t t = prefill; t < T; ++t)
-        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
-      int64_t t = 0;
-      for (const Tensor& s : steps) {
-        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
-        t += s.size(1);
-      }
-    }
-  }
+  const json attention = resolve_test_mixer("attention", {{"num_heads", 2}, {"head_dim", 4}}, {});
+  require_decode_matches_forward(small_decode_lm({
+      {resolved({{"headdim", 4}, {"d_state", 3}}, 8, 3), "swiglu", 12},
+      {attention, "swiglu", 12},
+      {resolved({{"headdim", 8}, {"d_state", 4}, {"ngroups", 2}}, 8, 3), "none", 0}}));
 }
 
 TEST_CASE("the mamba2 config resolves d_ssm and rejects widths, groups, clamps and chunks that do not fit", "[mamba2][config]") {

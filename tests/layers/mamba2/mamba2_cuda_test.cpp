@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "layers/mamba2/mamba2.h"
 #include "layers/mamba2/mamba2_config.h"
+#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -16,33 +17,17 @@ using json = nlohmann::json;
 namespace {
 
 json resolved(const json& written, int64_t d_model) {
-  Json mixer = Json::parse(written.dump());
-  mixer["type"] = "mamba2";
-  LayerConfigContext ctx;
-  ctx.d_model = d_model;
-  ctx.max_seq_len = 256;
-  ctx.num_layers = 1;
-  resolve_mamba2_config(mixer, ctx);
-  return json::parse(mixer.dump());
+  return resolve_test_mixer("mamba2", written, {.d_model = d_model, .max_seq_len = 256});
 }
 
 MixerContext mixer_context(int64_t d_model) {
-  MixerContext ctx;
-  ctx.d_model = d_model;
-  ctx.num_layers = 1;
-  ctx.max_seq_len = 256;
-  ctx.init = "family";
-  ctx.has_mlp = true;
-  return ctx;
+  return test_mixer_context({.d_model = d_model, .max_seq_len = 256}, "family", true);
 }
 
 // Every parameter redrawn (the same values on both devices: Philox by name and index). The bf16
 // comparison draws them smaller: at 0.5 the layer is so ill-conditioned that rounding only the
 // inputs and parameters to bf16 moves the exact f64 gradients by up to 30% (measured on the CPU),
 // which no bf16 kernel can beat; at 0.1 that sensitivity is about 1%.
-void randomize(Module& m, uint64_t seed, double sd = 0.5) {
-  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, sd);
-}
 
 }  // namespace
 
@@ -62,7 +47,7 @@ TEST_CASE("the Mamba2 mixer on cuda matches the cpu mixer: output, input gradien
           ParameterScope scope(dev, pdt);
           Mamba2Mixer layer(cfg, mixer_context(d));
           layer.initialize(1);
-          randomize(layer, 2, adt == DType::bf16 ? 0.1 : 0.5);
+          randomize_parameters(layer, 2, adt == DType::bf16 ? 0.1 : 0.5);
           Var xv(x.to(act).to(dev), true);
           Var y = layer.forward(xv);
           backward({y}, {dy.to(act).to(dev)});
@@ -92,7 +77,7 @@ TEST_CASE("Mamba2 decoding on cuda equals the cuda parallel forward: single step
   Mamba2Mixer layer(mamba2_config_from_json(resolved({{"headdim", 4}, {"d_state", 5}, {"ngroups", 2}}, 8)),
                     mixer_context(8));
   layer.initialize(7);
-  randomize(layer, 8);
+  randomize_parameters(layer, 8);
   NoGradGuard no_grad;
   const int64_t B = 2, T = 83;
   const Tensor x = random_tensor({B, T, 8}, 9, DType::f32).to(Device::cuda(0));

@@ -15,6 +15,7 @@
 #include "layers/nha/nha.h"
 #include "layers/nha/nha_config.h"
 #include "layers/nha/nha_op.h"
+#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 #include "parity.h"
 
@@ -33,22 +34,11 @@ Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
 Var state_dtype(const Var& x, const Var& like) { return like.dtype() == DType::bf16 ? cast(x, DType::f32) : x; }
 
 json resolved(const json& written, int64_t d_model) {
-  Json mixer = Json::parse(written.dump());
-  mixer["type"] = "nha";
-  LayerConfigContext ctx;
-  ctx.d_model = d_model;
-  ctx.max_seq_len = 128;
-  ctx.num_layers = 1;
-  resolve_nha_config(mixer, ctx);
-  return json::parse(mixer.dump());
+  return resolve_test_mixer("nha", written, {.d_model = d_model, .max_seq_len = 128});
 }
 
 MixerContext mixer_context(int64_t d_model) {
-  MixerContext ctx;
-  ctx.d_model = d_model;
-  ctx.num_layers = 1;
-  ctx.max_seq_len = 128;
-  return ctx;
+  return test_mixer_context({.d_model = d_model, .max_seq_len = 128}, "family", true);
 }
 
 }  // namespace

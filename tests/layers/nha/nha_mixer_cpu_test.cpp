@@ -11,6 +11,7 @@
 #include "layers/model/causal_lm.h"
 #include "layers/nha/nha.h"
 #include "layers/nha/nha_config.h"
+#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -19,26 +20,11 @@ using json = nlohmann::json;
 namespace {
 
 json resolved(const json& written, int64_t d_model) {
-  Json mixer = Json::parse(written.dump());
-  mixer["type"] = "nha";
-  LayerConfigContext ctx;
-  ctx.d_model = d_model;
-  ctx.max_seq_len = 64;
-  ctx.num_layers = 1;
-  resolve_nha_config(mixer, ctx);
-  return json::parse(mixer.dump());
+  return resolve_test_mixer("nha", written, {.d_model = d_model, .max_seq_len = 64});
 }
 
 MixerContext mixer_context(int64_t d_model) {
-  MixerContext ctx;
-  ctx.d_model = d_model;
-  ctx.num_layers = 1;
-  ctx.max_seq_len = 64;
-  return ctx;
-}
-
-void randomize(Module& m, uint64_t seed) {
-  for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, 0.5);
+  return test_mixer_context({.d_model = d_model, .max_seq_len = 64}, "family", true);
 }
 
 // A small layer: d 8, Hq 4, Hkv 2, D 4, Dv 2, M 3, w 3, then the variant's keys.
@@ -55,8 +41,8 @@ struct Pair {
   Pair(const json& ma, const json& mb) : a(nha_config_from_json(ma), mixer_context(8)), b(nha_config_from_json(mb), mixer_context(8)) {
     a.initialize(1);
     b.initialize(1);
-    randomize(a, 5);
-    randomize(b, 5);
+    randomize_parameters(a, 5);
+    randomize_parameters(b, 5);
   }
 };
 
@@ -93,7 +79,7 @@ TEST_CASE("every NHA parameter and the layer input have gradients matching finit
       ParameterScope f64(Device::cpu(), DType::f64);
       NhaMixer layer(nha_config_from_json(small(variant)), mixer_context(8));
       layer.initialize(1);
-      randomize(layer, 2);
+      randomize_parameters(layer, 2);
       Var x(random_tensor({1, 9, 8}, 3), true);
       std::vector<Var> leaves{x};
       std::vector<std::string> names{"x"};
@@ -114,7 +100,7 @@ TEST_CASE("NHA decoding token by token and from prefills equals the parallel for
     ParameterScope f64(Device::cpu(), DType::f64);
     NhaMixer layer(nha_config_from_json(small(variant)), mixer_context(8));
     layer.initialize(7);
-    randomize(layer, 8);
+    randomize_parameters(layer, 8);
     NoGradGuard no_grad;
     const int64_t B = 2, T = 17;
     Tensor x = random_tensor({B, T, 8}, 9);
@@ -165,7 +151,7 @@ TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
       ParameterScope f64(Device::cpu(), DType::f64);
       NhaMixer layer(nha_config_from_json(small({{"slots", slots}})), mixer_context(8));
       layer.initialize(1);
-      randomize(layer, 2);
+      randomize_parameters(layer, 2);
       Tensor x2 = x.clone();
       x2.narrow(1, 4, 1).copy_(random_tensor({2, 1, 8}, 31));
       const Tensor a = layer.forward(Var(x)).data(), b = layer.forward(Var(x2)).data();
@@ -206,8 +192,8 @@ TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
     a.initialize(3);
     b.initialize(3);
     REQUIRE(rel_error(a.forward(Var(x)).data(), b.forward(Var(x)).data()) < 1e-14);
-    randomize(a, 4);
-    randomize(b, 4);
+    randomize_parameters(a, 4);
+    randomize_parameters(b, 4);
     REQUIRE(rel_error(a.forward(Var(x)).data(), b.forward(Var(x)).data()) > 1e-3);
   }
   SECTION("learned_short starts at bias 0 (= pos_enc none); rope_short and rope_short_long differ from none") {
@@ -245,7 +231,7 @@ TEST_CASE("NHA emits omega_L per token and head: 1 without a window, M / (M + su
   for (double v : w0.long_ratio().to_double_vector()) REQUIRE(v == Approx(1.0).epsilon(1e-14));
   NhaMixer full(nha_config_from_json(small({{"window", -1}, {"emit_long_ratio", true}})), mixer_context(8));
   full.initialize(1);
-  randomize(full, 2);
+  randomize_parameters(full, 2);
   full.forward(Var(x));
   const std::vector<double> om = full.long_ratio().to_double_vector();
   // Query 0 sees the M = 3 null slots and itself: omega = 3 / (3 + e^b) < 1, and omega decreases as
@@ -280,45 +266,12 @@ TEST_CASE("NHA has the official parameter names and the per-layer count of the 3
 
 TEST_CASE("a model of NHA and attention layers decodes token by token to the parallel forward's logits",
           "[nha][model][cpu][decode]") {
-  ParameterScope f64(Device::cpu(), DType::f64);
-  LmConfig cfg;
-  cfg.vocab_size = 16;
-  cfg.real_vocab = 13;
-  cfg.d_model = 8;
-  cfg.max_seq_len = 64;
-  cfg.init_std = 0.3;
-  LayerConfigContext lctx;
-  lctx.d_model = 8;
-  lctx.max_seq_len = 64;
-  Json attention = {{"type", "attention"}, {"num_heads", 2}, {"head_dim", 4}, {"window", 4}};
-  find_layer("attention")->resolve_config(attention, lctx);
-  cfg.layers = {{small(json::object()), "swiglu", 12},
-                {json::parse(attention.dump()), "swiglu", 12},
-                {small({{"window", -1}}), "swiglu", 12},
-                {small({{"token_shift", false}, {"use_short_conv", true}}), "none", 0}};
-  CausalLM lm(cfg);
-  lm.initialize(11);
-  randomize(lm, 12);
-  NoGradGuard no_grad;
-  const int64_t B = 2, T = 15;
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < B * T; ++i) v.push_back(int32_t((i * 5 + 1) % 13));
-  Tensor ids = Tensor::from_vector<int32_t>(v, {B, T});
-  Tensor full = lm.logits(ids, DType::f64).data().reshape({B, T, -1});
-  for (int64_t prefill : {1, 6}) {
-    DYNAMIC_SECTION("prefill " << prefill) {
-      LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
-      std::vector<Tensor> steps;
-      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
-      for (int64_t t = prefill; t < T; ++t)
-        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
-      int64_t t = 0;
-      for (const Tensor& s : steps) {
-        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
-        t += s.size(1);
-      }
-    }
-  }
+  const json attention = resolve_test_mixer("attention", {{"num_heads", 2}, {"head_dim", 4}, {"window", 4}}, {});
+  require_decode_matches_forward(small_decode_lm({
+      {small(json::object()), "swiglu", 12},
+      {attention, "swiglu", 12},
+      {small({{"window", -1}}), "swiglu", 12},
+      {small({{"token_shift", false}, {"use_short_conv", true}}), "none", 0}}));
 }
 
 TEST_CASE("the nha config derives heads, dims and scale and rejects what does not fit", "[nha][config]") {
