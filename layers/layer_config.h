@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/config_error.h"
+#include "core/config_table.h"
 
 namespace hyb {
 
@@ -17,5 +18,13 @@ struct LayerConfigContext {
   double init_std = 0.02;         // model.init_std: the std of family rules written "N(0, 0.02) of the model"
   const Json* blocks = nullptr;  // model.blocks as written (after phase-1 --set), or nullptr
 };
+
+// The d_model key of the families that carry one (null: model.d_model; any other value must equal
+// it), and its rule, applied by the family's resolver.
+KeySpec mixer_d_model_key();
+void resolve_mixer_d_model(Json& mixer, const LayerConfigContext& ctx);
+
+// The chunk lengths the GSA, NHA and Gated DeltaNet CUDA kernels are written for: 16, 32 or 64.
+Json check_chunk_size_16_32_64(const Json& value, const std::string& path);
 
 }  // namespace hyb

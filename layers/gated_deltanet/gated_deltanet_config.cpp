@@ -7,22 +7,10 @@
 
 namespace hyb {
 
-namespace {
-
-// The chunk lengths of the CUDA kernels (gated_deltanet.md 4.3).
-Json check_chunk_size(const Json& v, const std::string& path) {
-  const int64_t c = json_int(v);
-  if (c != 16 && c != 32 && c != 64) throw ConfigKeyError(path, expected_problem("16, 32 or 64", v));
-  return v;
-}
-
-}  // namespace
-
 const KeyTable kGatedDeltaNetKeys{"gated_deltanet", nullptr, {
     {.name = "type", .type = KeyType::enumeration, .required = true, .values = {"gated_deltanet"},
      .doc = "Gated DeltaNet: q/k/v with short convs, L2-normalised q and k, gated delta rule, norm-then-gate output"},
-    {.name = "d_model", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
-     .default_doc = "null: model.d_model", .doc = "input and output width; must equal model.d_model"},
+    mixer_d_model_key(),
     {.name = "num_heads", .type = KeyType::integer, .default_value = 6, .range = Range::at_least(1),
      .doc = "H, q/k heads (NAtS-L: 6)"},
     {.name = "num_v_heads", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
@@ -55,15 +43,13 @@ const KeyTable kGatedDeltaNetKeys{"gated_deltanet", nullptr, {
      .doc = "lower bound of the initial dt"},
     {.name = "initializer_range", .type = KeyType::number, .null = Null::derived, .range = Range::above(0),
      .default_doc = "null: model.init_std", .doc = "std of the N(0, std^2) init of the projection and conv weights"},
-    {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size,
+    {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size_16_32_64,
      .type_doc = "16, 32 or 64", .doc = "C of the chunked CUDA kernels (the CPU runs the recurrent form)"},
 }};
 
 void resolve_gated_deltanet_config(Json& mixer, const LayerConfigContext& ctx) {
   Json m = apply_key_table(kGatedDeltaNetKeys, mixer, "");
-  if (m["d_model"].is_null()) m["d_model"] = ctx.d_model;
-  if (json_int(m["d_model"]) != ctx.d_model)
-    throw ConfigKeyError("d_model", expected_problem(str_cat("null or model.d_model (", ctx.d_model, ")"), m["d_model"]));
+  resolve_mixer_d_model(m, ctx);
   const int64_t h = json_int(m["num_heads"]), k = json_int(m["head_dim"]);
   if (m["num_v_heads"].is_null()) m["num_v_heads"] = h;
   if (json_int(m["num_v_heads"]) % h != 0)

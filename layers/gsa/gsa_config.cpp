@@ -8,13 +8,6 @@ namespace hyb {
 
 namespace {
 
-// The chunk lengths of the chunked kernels (gsa.md 4.1).
-Json check_chunk_size(const Json& v, const std::string& path) {
-  const int64_t c = json_int(v);
-  if (c != 16 && c != 32 && c != 64) throw ConfigKeyError(path, expected_problem("16, 32 or 64", v));
-  return v;
-}
-
 // A width that must be a whole number of heads: expand * d_model divisible by num_heads.
 int64_t head_width(const Json& m, const char* key, int64_t d_model, int64_t heads) {
   const double w = m[key].get<double>() * double(d_model);
@@ -30,8 +23,7 @@ int64_t head_width(const Json& m, const char* key, int64_t d_model, int64_t head
 const KeyTable kGsaKeys{"gsa", nullptr, {
     {.name = "type", .type = KeyType::enumeration, .required = true, .values = {"gsa"},
      .doc = "Gated Slot Attention: two gated linear attentions over M slots chained by a softmax, output RMSNorm"},
-    {.name = "d_model", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
-     .default_doc = "null: model.d_model", .doc = "input and output width; must equal model.d_model"},
+    mixer_d_model_key(),
     {.name = "num_heads", .type = KeyType::integer, .default_value = 4, .range = Range::at_least(1),
      .doc = "Hq, query heads"},
     {.name = "num_kv_heads", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
@@ -59,7 +51,7 @@ const KeyTable kGsaKeys{"gsa", nullptr, {
     {.name = "use_norm", .type = KeyType::boolean, .default_value = true, .doc = "must be true (the path FLA runs)"},
     {.name = "use_output_gate", .type = KeyType::boolean, .default_value = false,
      .doc = "must be false (the path FLA runs)"},
-    {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size,
+    {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size_16_32_64,
      .type_doc = "16, 32 or 64", .doc = "C of the chunked CUDA kernels (the CPU runs the recurrent form)"},
     {.name = "save_chunk_states", .type = KeyType::boolean, .default_value = false,
      .doc = "keep the chunk memories for the backward instead of recomputing them (CUDA)"},
@@ -67,9 +59,7 @@ const KeyTable kGsaKeys{"gsa", nullptr, {
 
 void resolve_gsa_config(Json& mixer, const LayerConfigContext& ctx) {
   Json m = apply_key_table(kGsaKeys, mixer, "");
-  if (m["d_model"].is_null()) m["d_model"] = ctx.d_model;
-  if (json_int(m["d_model"]) != ctx.d_model)
-    throw ConfigKeyError("d_model", expected_problem(str_cat("null or model.d_model (", ctx.d_model, ")"), m["d_model"]));
+  resolve_mixer_d_model(m, ctx);
   const int64_t h = json_int(m["num_heads"]);
   if (m["num_kv_heads"].is_null()) m["num_kv_heads"] = h;
   if (h % json_int(m["num_kv_heads"]) != 0)

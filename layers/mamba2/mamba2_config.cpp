@@ -31,8 +31,7 @@ Json check_chunk_size(const Json& v, const std::string& path) {
 const KeyTable kMamba2Keys{"mamba2", nullptr, {
     {.name = "type", .type = KeyType::enumeration, .required = true, .values = {"mamba2"},
      .doc = "Mamba2 (SSD): in_proj, short conv, selective state space with scalar decay per head, gated RMSNorm"},
-    {.name = "d_model", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
-     .default_doc = "null: model.d_model", .doc = "input and output width; must equal model.d_model"},
+    mixer_d_model_key(),
     {.name = "expand", .type = KeyType::number, .default_value = 2.0, .range = Range::above(0),
      .doc = "d_ssm = expand * d_model when d_ssm is null"},
     {.name = "d_ssm", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
@@ -73,9 +72,7 @@ const KeyTable kMamba2Keys{"mamba2", nullptr, {
 
 void resolve_mamba2_config(Json& mixer, const LayerConfigContext& ctx) {
   Json m = apply_key_table(kMamba2Keys, mixer, "");
-  if (m["d_model"].is_null()) m["d_model"] = ctx.d_model;
-  if (json_int(m["d_model"]) != ctx.d_model)
-    throw ConfigKeyError("d_model", expected_problem(str_cat("null or model.d_model (", ctx.d_model, ")"), m["d_model"]));
+  resolve_mixer_d_model(m, ctx);
 
   const Json d_ssm_written = m["d_ssm"];
   if (d_ssm_written.is_null()) {

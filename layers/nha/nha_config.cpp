@@ -8,21 +8,10 @@
 
 namespace hyb {
 
-namespace {
-
-Json check_chunk_size(const Json& v, const std::string& path) {
-  const int64_t c = json_int(v);
-  if (c != 16 && c != 32 && c != 64) throw ConfigKeyError(path, expected_problem("16, 32 or 64", v));
-  return v;
-}
-
-}  // namespace
-
 const KeyTable kNhaKeys{"nha", nullptr, {
     {.name = "type", .type = KeyType::enumeration, .required = true, .values = {"nha"},
      .doc = "Native Hybrid Attention: gated slot memory and a sliding window read by one softmax"},
-    {.name = "d_model", .type = KeyType::integer, .null = Null::derived, .range = Range::at_least(1),
-     .default_doc = "null: model.d_model", .doc = "input and output width; must equal model.d_model"},
+    mixer_d_model_key(),
     {.name = "num_heads", .type = KeyType::integer, .default_value = 16, .range = Range::at_least(1),
      .doc = "Hq, query heads"},
     {.name = "num_kv_heads", .type = KeyType::integer, .default_value = 16, .null = Null::derived,
@@ -63,7 +52,7 @@ const KeyTable kNhaKeys{"nha", nullptr, {
     {.name = "use_short_conv", .type = KeyType::boolean, .default_value = false,
      .doc = "depthwise causal convs + SiLU on q, k, v"},
     {.name = "conv_size", .type = KeyType::integer, .default_value = 4, .range = Range::at_least(1), .doc = "W"},
-    {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size,
+    {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size_16_32_64,
      .type_doc = "16, 32 or 64", .doc = "C of the chunked CUDA kernel (the CPU runs the recurrent form)"},
     {.name = "emit_long_ratio", .type = KeyType::boolean, .default_value = false,
      .doc = "keep omega_L (the slots' share of the attention mass) per token and head for eval"},
@@ -71,9 +60,7 @@ const KeyTable kNhaKeys{"nha", nullptr, {
 
 void resolve_nha_config(Json& mixer, const LayerConfigContext& ctx) {
   Json m = apply_key_table(kNhaKeys, mixer, "");
-  if (m["d_model"].is_null()) m["d_model"] = ctx.d_model;
-  if (json_int(m["d_model"]) != ctx.d_model)
-    throw ConfigKeyError("d_model", expected_problem(str_cat("null or model.d_model (", ctx.d_model, ")"), m["d_model"]));
+  resolve_mixer_d_model(m, ctx);
   const int64_t h = json_int(m["num_heads"]), D = json_int(m["head_dim"]);
   if (m["num_kv_heads"].is_null()) m["num_kv_heads"] = h;
   if (h % json_int(m["num_kv_heads"]) != 0)
