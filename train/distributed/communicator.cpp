@@ -7,15 +7,15 @@
 
 namespace hyb {
 
-void reduce_in_rank_order(const std::vector<const Tensor*>& ins, int64_t first, Tensor& out, ReduceOp op) {
+void reduce_in_rank_order(const std::vector<Tensor>& ins, int64_t first, Tensor& out, ReduceOp op) {
   const int64_t n = out.numel();
   Tensor acc = Tensor::empty({n}, out.dtype());
   visit_float("reduce_in_rank_order", out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* a = acc.data<T>();
-    for (int64_t i = 0; i < n; ++i) a[i] = ins[0]->data<T>()[first + i];
+    for (int64_t i = 0; i < n; ++i) a[i] = ins[0].data<T>()[first + i];
     for (size_t r = 1; r < ins.size(); ++r) {
-      const T* x = ins[r]->data<T>() + first;
+      const T* x = ins[r].data<T>() + first;
       for (int64_t i = 0; i < n; ++i) a[i] = op == ReduceOp::max ? std::max(a[i], x[i]) : a[i] + x[i];
     }
     if (op == ReduceOp::mean)

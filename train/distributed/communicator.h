@@ -21,7 +21,7 @@ enum class ReduceOp { sum, mean, max };
 // out[i] = ins[0][first + i] op ins[1][first + i] op ... in rank order (mean: that sum over the
 // count), i < out.numel(): the rule of the CPU communicators, so every rank gets the same bits.
 // ins are contiguous CPU tensors of out's dtype (f32 or f64); out may alias one of them.
-void reduce_in_rank_order(const std::vector<const Tensor*>& ins, int64_t first, Tensor& out, ReduceOp op);
+void reduce_in_rank_order(const std::vector<Tensor>& ins, int64_t first, Tensor& out, ReduceOp op);
 
 // HYBRID_COMM_TIMEOUT (seconds, default 600): the longest wait for a collective or a peer.
 double comm_timeout_s();

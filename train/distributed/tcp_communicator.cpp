@@ -31,11 +31,8 @@ void TcpCommunicator::all_reduce(Tensor& t, ReduceOp op) {
     recv(0, t);
     return;
   }
-  const std::vector<Tensor> all = gather_at_root(t);
-  std::vector<const Tensor*> ins;
-  for (const Tensor& x : all) ins.push_back(&x);
   Tensor result = Tensor::empty(t.shape(), t.dtype());
-  reduce_in_rank_order(ins, 0, result, op);
+  reduce_in_rank_order(gather_at_root(t), 0, result, op);
   for (int r = 1; r < size(); ++r) send(r, result);
   t.copy_(result);
 }
@@ -51,11 +48,9 @@ void TcpCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op)
     return;
   }
   const std::vector<Tensor> all = gather_at_root(in.clone());
-  std::vector<const Tensor*> ins;
-  for (const Tensor& x : all) ins.push_back(&x);
   for (int r = 0; r < size(); ++r) {
     Tensor slice = Tensor::empty(out.shape(), out.dtype());
-    reduce_in_rank_order(ins, int64_t(r) * out.numel(), slice, op);
+    reduce_in_rank_order(all, int64_t(r) * out.numel(), slice, op);
     if (r == 0) out.copy_(slice);
     else send(r, slice);
   }

@@ -36,9 +36,9 @@ class ThreadCommunicator : public Communicator {
  private:
   // Publishes `in`, waits for every rank's, and returns them in rank order; call release() once
   // done reading them.
-  std::vector<const Tensor*> exchange(const Tensor& in, const char* op);
+  std::vector<Tensor> exchange(const Tensor& in, const char* op);
   void release() { group_.barrier_.arrive_and_wait(); }
-  void reduce_range(const std::vector<const Tensor*>& ins, int64_t first, Tensor& out, ReduceOp op);
+  void reduce_range(const std::vector<Tensor>& ins, int64_t first, Tensor& out, ReduceOp op);
 
   ThreadGroup& group_;
   int rank_;

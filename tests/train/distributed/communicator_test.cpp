@@ -50,17 +50,23 @@ TEST_CASE("thread communicator: all_reduce sum, mean and max, in place", "[distr
     auto v = values(r, n).to_double_vector();
     for (int64_t i = 0; i < n; ++i) sum[size_t(i)] += v[size_t(i)], mx[size_t(i)] = std::max(mx[size_t(i)], v[size_t(i)]);
   }
+  // Catch's assertions are not thread-safe: ranks record, the test thread checks.
+  std::vector<std::vector<double>> sums(ranks), means(ranks), maxes(ranks);
   on_ranks(ranks, [&](Communicator& c) {
     Tensor a = values(c.rank(), n), m = values(c.rank(), n), x = values(c.rank(), n);
     c.all_reduce(a, ReduceOp::sum);
     c.all_reduce(m, ReduceOp::mean);
     c.all_reduce(x, ReduceOp::max);
-    for (int64_t i = 0; i < n; ++i) {
-      REQUIRE(a.to_double_vector()[size_t(i)] == Approx(sum[size_t(i)]).epsilon(1e-6));
-      REQUIRE(m.to_double_vector()[size_t(i)] == Approx(sum[size_t(i)] / ranks).epsilon(1e-6));
-      REQUIRE(x.to_double_vector()[size_t(i)] == mx[size_t(i)]);
-    }
+    sums[size_t(c.rank())] = a.to_double_vector();
+    means[size_t(c.rank())] = m.to_double_vector();
+    maxes[size_t(c.rank())] = x.to_double_vector();
   });
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(sums[size_t(r)][size_t(i)] == Approx(sum[size_t(i)]).epsilon(1e-6));
+      REQUIRE(means[size_t(r)][size_t(i)] == Approx(sum[size_t(i)] / ranks).epsilon(1e-6));
+      REQUIRE(maxes[size_t(r)][size_t(i)] == mx[size_t(i)]);
+    }
 }
 
 TEST_CASE("thread communicator: reduce_scatter in place, all_gather and broadcast", "[distributed]") {
@@ -71,22 +77,25 @@ TEST_CASE("thread communicator: reduce_scatter in place, all_gather and broadcas
     auto v = values(r, n).to_double_vector();
     for (int64_t i = 0; i < n; ++i) mean[size_t(i)] += v[size_t(i)] / ranks;
   }
+  std::vector<std::vector<double>> scattered(ranks), gathered(ranks), broadcast(ranks);
   on_ranks(ranks, [&](Communicator& c) {
     Tensor buf = values(c.rank(), n);
     Tensor mine = buf.narrow(0, c.rank() * shard, shard);
     c.reduce_scatter(buf, mine, ReduceOp::mean);
-    auto got = mine.to_double_vector();
-    for (int64_t i = 0; i < shard; ++i) REQUIRE(got[size_t(i)] == Approx(mean[size_t(c.rank() * shard + i)]).epsilon(1e-6));
-
-    Tensor gathered = Tensor::zeros({n});
-    c.all_gather(mine, gathered);
-    auto all = gathered.to_double_vector();
-    for (int64_t i = 0; i < n; ++i) REQUIRE(all[size_t(i)] == Approx(mean[size_t(i)]).epsilon(1e-6));
-
+    scattered[size_t(c.rank())] = mine.to_double_vector();
+    Tensor all = Tensor::zeros({n});
+    c.all_gather(mine, all);
+    gathered[size_t(c.rank())] = all.to_double_vector();
     Tensor b = values(c.rank(), 5);
     c.broadcast(b, 2);
-    REQUIRE(b.to_double_vector() == values(2, 5).to_double_vector());
+    broadcast[size_t(c.rank())] = b.to_double_vector();
   });
+  for (int r = 0; r < ranks; ++r) {
+    for (int64_t i = 0; i < shard; ++i)
+      REQUIRE(scattered[size_t(r)][size_t(i)] == Approx(mean[size_t(r * shard + i)]).epsilon(1e-6));
+    for (int64_t i = 0; i < n; ++i) REQUIRE(gathered[size_t(r)][size_t(i)] == Approx(mean[size_t(i)]).epsilon(1e-6));
+    REQUIRE(broadcast[size_t(r)] == values(2, 5).to_double_vector());
+  }
 }
 
 TEST_CASE("thread communicator: ranks that disagree on sizes get an error naming them", "[distributed]") {
