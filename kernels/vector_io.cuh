@@ -3,9 +3,14 @@
 // scalar code otherwise; the caching allocator's 512-byte blocks make the aligned path the usual one.
 //   using P = Pack<float, kPack16<float>>;            // 4 floats
 //   P v = load_pack<P>(x + 4 * i); ...; store_pack(y + 4 * i, v);
+//   float f[8]; unpack_f32(load_pack<Pack<bf16, 8>>(x + 8 * i), f); ... store_pack(y + 8 * i, pack_f32<bf16>(f));
+//   const int V = pack_width<T>(C, {x, y});  // kPack16<T> or 1: a kernel templated on V serves both
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+
+#include "kernels/convert.cuh"
 
 namespace hyb {
 
@@ -29,6 +34,41 @@ __device__ __forceinline__ void store_pack(T* p, const P& v) {
   *reinterpret_cast<P*>(p) = v;
 }
 
+// Conversions through device_convert, so a packed kernel rounds exactly as its scalar form does.
+template <typename T, int N>
+__device__ __forceinline__ void unpack_f32(const Pack<T, N>& p, float (&f)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = device_convert<float>(p.v[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> pack_f32(const float (&f)[N]) {
+  Pack<T, N> p;
+#pragma unroll
+  for (int i = 0; i < N; ++i) p.v[i] = device_convert<T>(f[i]);
+  return p;
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void load_f32(const T* p, float (&f)[N]) {
+  unpack_f32(load_pack<Pack<T, N>>(p), f);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_f32(T* p, const float (&f)[N]) {
+  store_pack(p, pack_f32<T>(f));
+}
+
 inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The pack width a kernel over rows of `inner` elements may use: kPack16<T> when `inner` is a multiple
+// of it and every pointer (null ones are absent outputs) is 16-byte aligned, else 1 (scalar).
+template <typename T>
+int pack_width(int64_t inner, std::initializer_list<const void*> ptrs) {
+  if (inner % kPack16<T> != 0) return 1;
+  for (const void* p : ptrs)
+    if (!is_aligned(p, 16)) return 1;
+  return kPack16<T>;
+}
 
 }  // namespace hyb

@@ -1,78 +1,134 @@
 // CUDA RMSNorm (rmsnorm_op.h has the math). One warp per row: rows are d_model wide (<= a few
 // thousand), so 32 lanes striding the row keep loads coalesced and the reduction is shuffles only.
-// Statistics in fp32. The weight gradient is reduced deterministically: each block sums its rows
-// into one fp32 partial row, then a second kernel adds the partials in block order.
+// Loads and stores move V elements at a time (16-byte packs when the row width and pointers allow,
+// kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: each
+// warp sums dy * xhat of its rows into its own shared fp32 row (a lane only ever touches its own
+// columns, so no barrier is needed), the block adds its warp rows in warp order into one partial row,
+// and a second kernel adds the partials in block order.
+#include <algorithm>
+
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/vector_io.cuh"
 #include "layers/norm/rmsnorm_op.h"
 
 namespace hyb {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // warps per block, one row each
+constexpr int kRowsPerBlock = 8;  // forward: warps per block, one row each
 
-template <typename T>
+template <typename T, int V>
 __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                        float* __restrict__ rstd, int64_t rows, int C, float eps) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const T* xr = x + row * C;
+  T* yr = y + row * C;
   float ss = 0;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float v = to_f32(xr[c]);
-    ss += v * v;
+  for (int c = lane * V; c < C; c += kWarpSize * V) {
+    float xv[V];
+    load_f32(xr + c, xv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss += xv[j] * xv[j];
   }
   ss = warp_reduce_sum(ss);
   const float rs = rsqrtf(ss / float(C) + eps);
   if (lane == 0 && rstd) rstd[row] = rs;
-  for (int c = lane; c < C; c += kWarpSize) y[row * C + c] = from_f32<T>(to_f32(w[c]) * (to_f32(xr[c]) * rs));
+  for (int c = lane * V; c < C; c += kWarpSize * V) {
+    float xv[V], wv[V], yv[V];
+    load_f32(xr + c, xv);
+    load_f32(w + c, wv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[j] * rs);
+    store_f32(yr + c, yv);
+  }
 }
 
-// dx per row; dw: each block walks row groups grid-stride and sums dy * xhat of its rows into one
-// shared fp32 row (warps take turns, a fixed order), written out as the block's partial.
-template <typename T>
+// dx per row (warp per row, rows grid-stride); dw into the warp's shared row s_dw[warp * C ...], then
+// summed over the block's warps in warp order into dw_partial[blockIdx.x].
+template <typename T, int V>
 __global__ void rmsnorm_backward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
                                         const float* __restrict__ rstd, T* __restrict__ dx,
                                         float* __restrict__ dw_partial, int64_t rows, int C) {
-  extern __shared__ float s_dw[];  // (C,) this block's dw partial
-  for (int c = threadIdx.x; c < C; c += blockDim.x) s_dw[c] = 0;
-  __syncthreads();
+  extern __shared__ float s_dw[];  // (warps, C)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  for (int64_t base = int64_t(blockIdx.x) * kRowsPerBlock; base < rows; base += int64_t(gridDim.x) * kRowsPerBlock) {
-    const int64_t row = base + warp;
-    const bool valid = row < rows;
+  const int warps = blockDim.x / kWarpSize;
+  float* my_dw = s_dw + int64_t(warp) * C;
+  if (dw_partial)
+    for (int c = lane * V; c < C; c += kWarpSize * V)
+#pragma unroll
+      for (int j = 0; j < V; ++j) my_dw[c + j] = 0.f;
+  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < rows; row += int64_t(gridDim.x) * warps) {
     const T* xr = x + row * C;
     const T* gr = dy + row * C;
-    const float rs = valid ? rstd[row] : 0.f;
-    if (valid && dx) {
+    const float rs = rstd[row];
+    if (dx) {
       float m = 0;
-      for (int c = lane; c < C; c += kWarpSize) m += to_f32(gr[c]) * to_f32(w[c]) * to_f32(xr[c]) * rs;
+      for (int c = lane * V; c < C; c += kWarpSize * V) {
+        float xv[V], gv[V], wv[V];
+        load_f32(xr + c, xv);
+        load_f32(gr + c, gv);
+        load_f32(w + c, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m += gv[j] * wv[j] * xv[j] * rs;
+      }
       m = warp_reduce_sum(m) / float(C);
-      for (int c = lane; c < C; c += kWarpSize)
-        dx[row * C + c] = from_f32<T>(rs * (to_f32(gr[c]) * to_f32(w[c]) - to_f32(xr[c]) * rs * m));
-    }
-    if (dw_partial) {
-      for (int k = 0; k < kRowsPerBlock; ++k) {
-        if (k == warp && valid)
-          for (int c = lane; c < C; c += kWarpSize) s_dw[c] += to_f32(gr[c]) * to_f32(xr[c]) * rs;
-        __syncthreads();
+      T* dxr = dx + row * C;
+      for (int c = lane * V; c < C; c += kWarpSize * V) {
+        float xv[V], gv[V], wv[V], out[V];
+        load_f32(xr + c, xv);
+        load_f32(gr + c, gv);
+        load_f32(w + c, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          out[j] = rs * (gv[j] * wv[j] - xv[j] * rs * m);
+          if (dw_partial) my_dw[c + j] += gv[j] * xv[j] * rs;
+        }
+        store_f32(dxr + c, out);
+      }
+    } else if (dw_partial) {
+      for (int c = lane * V; c < C; c += kWarpSize * V) {
+        float xv[V], gv[V];
+        load_f32(xr + c, xv);
+        load_f32(gr + c, gv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) my_dw[c + j] += gv[j] * xv[j] * rs;
       }
     }
   }
-  if (dw_partial)
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
+  if (!dw_partial) return;
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0;
+    for (int k = 0; k < warps; ++k) s += s_dw[int64_t(k) * C + c];
+    dw_partial[int64_t(blockIdx.x) * C + c] = s;
+  }
 }
+
+// dw[c] = sum over b of partial[b][c], in a fixed order: a block takes 32 columns; its warp k sums the
+// partials b = k, k + 32, ... and the 32 slice sums are then added in slice order. Enough threads
+// stay in flight to read the partials at bandwidth instead of one dependent chain per column.
+constexpr int kReduceSlices = 32;
 
 template <typename T>
 __global__ void rmsnorm_dw_reduce_kernel(const float* __restrict__ partial, T* __restrict__ dw, int blocks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float s_slice[kReduceSlices][kWarpSize + 1];
+  const int lane = threadIdx.x % kWarpSize, slice = threadIdx.x / kWarpSize;
+  const int c = blockIdx.x * kWarpSize + lane;
   float s = 0;
-  for (int b = 0; b < blocks; ++b) s += partial[int64_t(b) * C + c];
-  dw[c] = from_f32<T>(s);
+  if (c < C)
+    for (int b = slice; b < blocks; b += kReduceSlices) s += partial[int64_t(b) * C + c];
+  s_slice[slice][lane] = s;
+  __syncthreads();
+  if (slice == 0 && c < C) {
+    float t = 0;
+    for (int k = 0; k < kReduceSlices; ++k) t += s_slice[k][lane];
+    dw[c] = from_f32<T>(t);
+  }
 }
 
 }  // namespace
@@ -87,11 +143,21 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows}, DType::f32, x.device());
   const int blocks = int((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (rows == 0) {
+    if (rstd_out) *rstd_out = rstd;
+    return y;
+  }
   visit_cuda_float("rmsnorm_forward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_forward_kernel<T><<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
-        x.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, C, float(eps));
-    HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(x.data<T>(), w.data<T>(), y.data<T>(),
+                                                                          rstd.data<float>(), rows, C, float(eps));
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
+    };
+    if (pack_width<T>(C, {x.data<T>(), w.data<T>(), y.data<T>()}) > 1)
+      launch(rmsnorm_forward_kernel<T, kPack16<T>>);
+    else
+      launch(rmsnorm_forward_kernel<T, 1>);
   });
   if (rstd_out) *rstd_out = rstd;
   return y;
@@ -102,25 +168,49 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
   const int C = int(x.size(-1));
   const int64_t rows = x.numel() / std::max(C, 1);
   const int dev = x.device().index;
-  const int blocks = grid_blocks((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1, dev);
   RmsNormGrads g;
   if (needed[0]) g.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor partial;
-  if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
-  const size_t smem = size_t(C) * sizeof(float);
-  HYB_CHECK(smem <= 48 * 1024, "rmsnorm_backward_cuda: rows of ", C, " exceed the 12288-wide shared-memory row");
+  if (needed[1]) g.dw = Tensor::empty({C}, w.dtype(), x.device());
+  if (rows == 0 || C == 0) {
+    if (needed[1]) g.dw.zero_();
+    return g;
+  }
+  // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
+  constexpr size_t kSmemCap = 48 * 1024;
+  const size_t row_bytes = size_t(C) * sizeof(float);
+  HYB_CHECK(!needed[1] || row_bytes <= kSmemCap, "rmsnorm_backward_cuda: rows of ", C,
+            " exceed the 12288-wide shared-memory row");
+  const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
+  const int threads = warps * kWarpSize;
+  const size_t smem = needed[1] ? size_t(warps) * row_bytes : 0;
   visit_cuda_float("rmsnorm_backward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_backward_kernel<T><<<blocks, kRowsPerBlock * kWarpSize, smem, current_stream(dev)>>>(
-        x.data<T>(), w.data<T>(), dy.data<T>(), s.rstd.data<float>(), needed[0] ? g.dx.data<T>() : nullptr,
-        needed[1] ? partial.data<float>() : nullptr, rows, C);
-    HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, kRowsPerBlock * kWarpSize, smem);
-    if (needed[1]) {
-      g.dw = Tensor::empty({C}, w.dtype(), x.device());
-      rmsnorm_dw_reduce_kernel<T><<<(C + 255) / 256, 256, 0, current_stream(dev)>>>(partial.data<float>(),
-                                                                                    g.dw.data<T>(), blocks, C);
-      HYB_CUDA_LAUNCH_CHECK("rmsnorm_dw_reduce_kernel", (C + 255) / 256, 256, 0);
-    }
+    T* dx = needed[0] ? g.dx.data<T>() : nullptr;
+    auto launch = [&](auto kernel) {
+      // Enough blocks to fill every SM at the occupancy the shared rows allow, and no more: each block
+      // adds one partial row for the reduction to read.
+      int per_sm = 0;
+      HYB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+      const int64_t want = (rows + warps - 1) / warps;
+      const int blocks = int(std::max<int64_t>(
+          1, std::min<int64_t>(want, int64_t(std::max(per_sm, 1)) * cuda_device_props(dev).sm_count)));
+      Tensor partial;
+      if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
+      kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), w.data<T>(), dy.data<T>(),
+                                                             s.rstd.data<float>(), dx,
+                                                             needed[1] ? partial.data<float>() : nullptr, rows, C);
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, threads, smem);
+      if (needed[1]) {
+        const int rblocks = (C + kWarpSize - 1) / kWarpSize;
+        rmsnorm_dw_reduce_kernel<T><<<rblocks, kReduceSlices * kWarpSize, 0, current_stream(dev)>>>(
+            partial.data<float>(), g.dw.data<T>(), blocks, C);
+        HYB_CUDA_LAUNCH_CHECK("rmsnorm_dw_reduce_kernel", rblocks, kReduceSlices * kWarpSize, 0);
+      }
+    };
+    if (pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1)
+      launch(rmsnorm_backward_kernel<T, kPack16<T>>);
+    else
+      launch(rmsnorm_backward_kernel<T, 1>);
   });
   return g;
 }
