@@ -49,14 +49,31 @@ __device__ __forceinline__ Pack<T, N> pack_f32(const float (&f)[N]) {
   return p;
 }
 
+// N elements to or from fp32 registers in 16-byte packs (N larger than a pack, e.g. 8 floats next to 8
+// bf16, moves as several packs, so only 16-byte alignment is needed).
 template <typename T, int N>
 __device__ __forceinline__ void load_f32(const T* p, float (&f)[N]) {
-  unpack_f32(load_pack<Pack<T, N>>(p), f);
+  constexpr int M = N < kPack16<T> ? N : kPack16<T>;
+  static_assert(N % M == 0, "load_f32: N must be a multiple of the pack");
+#pragma unroll
+  for (int k = 0; k < N; k += M) {
+    const Pack<T, M> q = load_pack<Pack<T, M>>(p + k);
+#pragma unroll
+    for (int i = 0; i < M; ++i) f[k + i] = device_convert<float>(q.v[i]);
+  }
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store_f32(T* p, const float (&f)[N]) {
-  store_pack(p, pack_f32<T>(f));
+  constexpr int M = N < kPack16<T> ? N : kPack16<T>;
+  static_assert(N % M == 0, "store_f32: N must be a multiple of the pack");
+#pragma unroll
+  for (int k = 0; k < N; k += M) {
+    Pack<T, M> q;
+#pragma unroll
+    for (int i = 0; i < M; ++i) q.v[i] = device_convert<T>(f[k + i]);
+    store_pack(p + k, q);
+  }
 }
 
 inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
