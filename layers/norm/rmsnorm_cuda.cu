@@ -4,7 +4,7 @@
 // kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: each
 // warp sums dy * xhat of its rows into its own shared fp32 row (a lane only ever touches its own
 // columns, so no barrier is needed), the block adds its warp rows in warp order into one partial row,
-// and a second kernel adds the partials in block order.
+// and column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order.
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
@@ -109,28 +109,6 @@ __global__ void rmsnorm_backward_kernel(const T* __restrict__ x, const T* __rest
   }
 }
 
-// dw[c] = sum over b of partial[b][c], in a fixed order: a block takes 32 columns; its warp k sums the
-// partials b = k, k + 32, ... and the 32 slice sums are then added in slice order. Enough threads
-// stay in flight to read the partials at bandwidth instead of one dependent chain per column.
-constexpr int kReduceSlices = 32;
-
-template <typename T>
-__global__ void rmsnorm_dw_reduce_kernel(const float* __restrict__ partial, T* __restrict__ dw, int blocks, int C) {
-  __shared__ float s_slice[kReduceSlices][kWarpSize + 1];
-  const int lane = threadIdx.x % kWarpSize, slice = threadIdx.x / kWarpSize;
-  const int c = blockIdx.x * kWarpSize + lane;
-  float s = 0;
-  if (c < C)
-    for (int b = slice; b < blocks; b += kReduceSlices) s += partial[int64_t(b) * C + c];
-  s_slice[slice][lane] = s;
-  __syncthreads();
-  if (slice == 0 && c < C) {
-    float t = 0;
-    for (int k = 0; k < kReduceSlices; ++k) t += s_slice[k][lane];
-    dw[c] = from_f32<T>(t);
-  }
-}
-
 }  // namespace
 
 Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tensor* rstd_out) {
@@ -201,10 +179,9 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
                                                              needed[1] ? partial.data<float>() : nullptr, rows, C);
       HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, threads, smem);
       if (needed[1]) {
-        const int rblocks = (C + kWarpSize - 1) / kWarpSize;
-        rmsnorm_dw_reduce_kernel<T><<<rblocks, kReduceSlices * kWarpSize, 0, current_stream(dev)>>>(
+        column_sum_kernel<T><<<column_sum_blocks(C), kColumnSumThreads, 0, current_stream(dev)>>>(
             partial.data<float>(), g.dw.data<T>(), blocks, C);
-        HYB_CUDA_LAUNCH_CHECK("rmsnorm_dw_reduce_kernel", rblocks, kReduceSlices * kWarpSize, 0);
+        HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (rmsnorm dw)", column_sum_blocks(C), kColumnSumThreads, 0);
       }
     };
     if (pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1)

@@ -14,8 +14,12 @@ TEST_CASE("gated_rmsnorm on cuda matches the cpu reference in both orders, outpu
     Shape x, w;
   };
   for (auto order : {GatedNormOrder::gate_then_norm, GatedNormOrder::norm_then_gate})
+    // Gs 64, 1000, 24, 16: 16-byte packs (1004: f32 only); 4 and 5 gain rows: the backward grid is
+    // rounded to a multiple of them; 24000 rows: warps sum several rows into their dw rows.
     for (const Case& c : {Case{{2, 37, 3, 50}, {3, 50}}, Case{{2, 37, 3, 50}, {50}}, Case{{3, 11, 1, 1000}, {1, 1000}},
-                          Case{{5, 7}, {7}}}) {
+                          Case{{5, 7}, {7}}, Case{{2, 37, 3, 64}, {3, 64}}, Case{{2, 37, 3, 64}, {64}},
+                          Case{{3, 11, 1, 1004}, {1, 1004}}, Case{{3, 13, 4, 24}, {4, 24}}, Case{{4, 9, 5, 16}, {5, 16}},
+                          Case{{6000, 4, 8}, {4, 8}}}) {
       DYNAMIC_SECTION((order == GatedNormOrder::gate_then_norm ? "gate_then_norm" : "norm_then_gate")
                       << " x " << shape_str(c.x) << " w " << shape_str(c.w)) {
         auto r = cuda_parity(
