@@ -7,7 +7,10 @@
 using namespace hyb;
 
 TEST_CASE("AdamW on cuda updates every parameter as the cpu does, in one launch", "[optim][adamw][gpu]") {
-  std::vector<Shape> shapes{{7}, {129, 65}, {4096 + 3}, {1}};
+  // Whole 4096-element chunks take float4 loads, the rest of a tensor scalar ones; 30 small tensors
+  // make blocks' chunk ranges cross many tensor boundaries.
+  std::vector<Shape> shapes{{7}, {129, 65}, {4096 + 3}, {1}, {1024}, {3, 4104}, {50001}, {8192}};
+  for (int i = 0; i < 30; ++i) shapes.push_back({(i * 37) % 300 + 1});
   std::vector<OptimParam> cpu, gpu;
   for (size_t i = 0; i < shapes.size(); ++i) {
     Tensor w = random_tensor(shapes[i], 10 + i, DType::f32);
