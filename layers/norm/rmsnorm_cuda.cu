@@ -1,10 +1,11 @@
 // CUDA RMSNorm (rmsnorm_op.h has the math). One warp per row: rows are d_model wide (<= a few
 // thousand), so 32 lanes striding the row keep loads coalesced and the reduction is shuffles only.
 // Loads and stores move V elements at a time (16-byte packs when the row width and pointers allow,
-// kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: each
-// warp sums dy * xhat of its rows into its own shared fp32 row (a lane only ever touches its own
-// columns, so no barrier is needed), the block adds its warp rows in warp order into one partial row,
-// and column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order.
+// kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: a
+// warp sums dy * xhat of its rows per column (in registers when a packed row fits 4 packs a lane,
+// else in its own shared fp32 row; a lane only ever touches its own columns, so no barrier is
+// needed), the block adds its warps' sums in warp order into one partial row, and
+// column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order.
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
@@ -109,6 +110,85 @@ __global__ void rmsnorm_backward_kernel(const T* __restrict__ x, const T* __rest
   }
 }
 
+// The same backward for rows of at most 32 * V * kIters elements: a lane holds its kIters packs of x
+// and dy in registers (one read of each) and its columns' dw sums in registers across all its rows;
+// the block then adds its warps' sums in warp order through one shared row (8 barriers per block, at
+// the end). Lane columns: (k * 32 + lane) * V for k < kIters, where below C.
+template <typename T, int V, int kIters>
+__global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                               const T* __restrict__ dy, const float* __restrict__ rstd,
+                                               T* __restrict__ dx, float* __restrict__ dw_partial, int64_t rows, int C) {
+  extern __shared__ float s_dw[];  // (C,)
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  float dw[kIters][V];
+#pragma unroll
+  for (int k = 0; k < kIters; ++k)
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[k][j] = 0.f;
+  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < rows; row += int64_t(gridDim.x) * warps) {
+    const T* xr = x + row * C;
+    const T* gr = dy + row * C;
+    const float rs = rstd[row];
+    float xv[kIters][V], gv[kIters][V];
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int c = (k * kWarpSize + lane) * V;
+      if (c < C) {
+        load_f32(xr + c, xv[k]);
+        load_f32(gr + c, gv[k]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) xv[k][j] = gv[k][j] = 0.f;
+      }
+    }
+    if (dx) {
+      float m = 0;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int c = (k * kWarpSize + lane) * V;
+        if (c < C) {
+          float wv[V];
+          load_f32(w + c, wv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) m += gv[k][j] * wv[j] * xv[k][j] * rs;
+        }
+      }
+      m = warp_reduce_sum(m) / float(C);
+      T* dxr = dx + row * C;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int c = (k * kWarpSize + lane) * V;
+        if (c < C) {
+          float wv[V], out[V];
+          load_f32(w + c, wv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) out[j] = rs * (gv[k][j] * wv[j] - xv[k][j] * rs * m);
+          store_f32(dxr + c, out);
+        }
+      }
+    }
+    if (dw_partial)
+#pragma unroll
+      for (int k = 0; k < kIters; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j) dw[k][j] += gv[k][j] * xv[k][j] * rs;
+  }
+  if (!dw_partial) return;
+  for (int k = 0; k < warps; ++k) {
+    if (warp == k)
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const int c = (i * kWarpSize + lane) * V;
+        if (c < C)
+#pragma unroll
+          for (int j = 0; j < V; ++j) s_dw[c + j] = k == 0 ? dw[i][j] : s_dw[c + j] + dw[i][j];
+      }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
+}
+
 }  // namespace
 
 Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tensor* rstd_out) {
@@ -153,20 +233,17 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     if (needed[1]) g.dw.zero_();
     return g;
   }
-  // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
   constexpr size_t kSmemCap = 48 * 1024;
   const size_t row_bytes = size_t(C) * sizeof(float);
   HYB_CHECK(!needed[1] || row_bytes <= kSmemCap, "rmsnorm_backward_cuda: rows of ", C,
             " exceed the 12288-wide shared-memory row");
-  const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
-  const int threads = warps * kWarpSize;
-  const size_t smem = needed[1] ? size_t(warps) * row_bytes : 0;
   visit_cuda_float("rmsnorm_backward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* dx = needed[0] ? g.dx.data<T>() : nullptr;
-    auto launch = [&](auto kernel) {
-      // Enough blocks to fill every SM at the occupancy the shared rows allow, and no more: each block
+    auto launch = [&](auto kernel, int warps, size_t smem) {
+      // Enough blocks to fill every SM at the occupancy the kernel allows, and no more: each block
       // adds one partial row for the reduction to read.
+      const int threads = warps * kWarpSize;
       int per_sm = 0;
       HYB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
       const int64_t want = (rows + warps - 1) / warps;
@@ -184,10 +261,24 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
         HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (rmsnorm dw)", column_sum_blocks(C), kColumnSumThreads, 0);
       }
     };
-    if (pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1)
-      launch(rmsnorm_backward_kernel<T, kPack16<T>>);
-    else
-      launch(rmsnorm_backward_kernel<T, 1>);
+    constexpr int P = kPack16<T>;
+    const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1;
+    const size_t cached_smem = needed[1] ? row_bytes : 0;
+    if (packed && C <= kWarpSize * P) {
+      launch(rmsnorm_backward_cached_kernel<T, P, 1>, 8, cached_smem);
+    } else if (packed && C <= 2 * kWarpSize * P) {
+      launch(rmsnorm_backward_cached_kernel<T, P, 2>, 8, cached_smem);
+    } else if (packed && C <= 4 * kWarpSize * P) {
+      launch(rmsnorm_backward_cached_kernel<T, P, 4>, 8, cached_smem);
+    } else {
+      // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
+      const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
+      const size_t smem = needed[1] ? size_t(warps) * row_bytes : 0;
+      if (packed)
+        launch(rmsnorm_backward_kernel<T, P>, warps, smem);
+      else
+        launch(rmsnorm_backward_kernel<T, 1>, warps, smem);
+    }
   });
   return g;
 }
