@@ -3,7 +3,7 @@
 // barrier so one kernel can call it several times in a row.
 //   float total = block_reduce_sum(partial);
 //   float row_max = warp_reduce_max(v);
-//   column_sum_kernel<T><<<column_sum_blocks(n), kColumnSumThreads, 0, stream>>>(partial, out, rows, n);
+//   column_sum_kernel<T><<<column_sum_blocks(n), kColumnSumThreads, 0, stream>>>(partial, out, rows, n, 1.f);
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -54,7 +54,7 @@ __device__ __forceinline__ T block_reduce_sum(T v) { return block_reduce(v, SumO
 template <typename T>
 __device__ __forceinline__ T block_reduce_max(T v) { return block_reduce(v, MaxOp{}, std::numeric_limits<T>::lowest()); }
 
-// out[c] = sum over r of partial[r][c] for a (rows, n) fp32 matrix of per-block partials (the
+// out[c] = scale * sum over r of partial[r][c] for a (rows, n) fp32 matrix of per-block partials (the
 // deterministic second stage of a parameter-gradient reduction), in an order fixed by rows alone: a
 // block takes 32 columns, its warp k sums rows k, k + 32, ... and the 32 slice sums are added in
 // slice order. 1024 threads per 32 columns keep enough loads in flight to read the partials at
@@ -65,7 +65,8 @@ constexpr int kColumnSumThreads = kColumnSumSlices * kWarpSize;
 inline int column_sum_blocks(int64_t n) { return int((n + kWarpSize - 1) / kWarpSize); }
 
 template <typename T>
-__global__ void column_sum_kernel(const float* __restrict__ partial, T* __restrict__ out, int rows, int64_t n) {
+__global__ void column_sum_kernel(const float* __restrict__ partial, T* __restrict__ out, int rows, int64_t n,
+                                  float scale) {
   __shared__ float s_slice[kColumnSumSlices][kWarpSize + 1];
   const int lane = threadIdx.x % kWarpSize, slice = threadIdx.x / kWarpSize;
   const int64_t c = int64_t(blockIdx.x) * kWarpSize + lane;
@@ -77,7 +78,7 @@ __global__ void column_sum_kernel(const float* __restrict__ partial, T* __restri
   if (slice == 0 && c < n) {
     float t = 0;
     for (int k = 0; k < kColumnSumSlices; ++k) t += s_slice[k][lane];
-    out[c] = device_convert<T>(t);
+    out[c] = device_convert<T>(t * scale);
   }
 }
 

@@ -229,7 +229,7 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
       if (needed[2]) {
         g.dw = Tensor::empty(w.shape(), w.dtype(), w.device());
         column_sum_kernel<T><<<column_sum_blocks(wn), kColumnSumThreads, 0, current_stream(dev)>>>(
-            partial.data<float>(), g.dw.data<T>(), blocks, wn);
+            partial.data<float>(), g.dw.data<T>(), blocks, wn, 1.f);
         HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), kColumnSumThreads, 0);
       }
     };

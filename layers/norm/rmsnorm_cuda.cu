@@ -257,7 +257,7 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, threads, smem);
       if (needed[1]) {
         column_sum_kernel<T><<<column_sum_blocks(C), kColumnSumThreads, 0, current_stream(dev)>>>(
-            partial.data<float>(), g.dw.data<T>(), blocks, C);
+            partial.data<float>(), g.dw.data<T>(), blocks, C, 1.f);
         HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (rmsnorm dw)", column_sum_blocks(C), kColumnSumThreads, 0);
       }
     };
