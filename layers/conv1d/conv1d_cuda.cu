@@ -159,7 +159,7 @@ __global__ void conv1d_backward_dw_reduce_kernel(const float* __restrict__ parti
 constexpr int kSteps = 16;            // time steps per run
 constexpr int kPacksPerBlock = 32;    // blockDim.x: channel packs
 constexpr int kRunThreads = 4;        // blockDim.y: runs
-constexpr int kMaxRunGroups = 128;    // backward gridDim.y cap: the number of dw partials
+constexpr int kMaxRunGroups = 256;    // backward gridDim.y cap: the number of dw partials
 
 struct ConvShape {
   int64_t B, T, C;
@@ -404,12 +404,14 @@ Conv1dGrads causal_conv1d_silu_backward_cuda(const Conv1dSaved& s, const Tensor&
   const int dev = devc.index;
   const bool need_dx = needed[0], need_dw = needed[1], need_db = needed[2] && bias.defined(),
              need_dx0 = needed[3] && init.defined();
+  const int64_t n = B * T * C;
+  // The kernels write every element of each gradient when there is any input; zeros otherwise.
+  auto grad = [&](const Shape& shape) { return n > 0 ? Tensor::empty(shape, dt, devc) : Tensor::zeros(shape, dt, devc); };
   Conv1dGrads g;
   if (need_dx) g.dx = Tensor::empty({B, T, C}, dt, devc);
-  if (need_dw) g.dw = Tensor::zeros({C, W}, dt, devc);
-  if (need_db) g.dbias = Tensor::zeros({C}, dt, devc);
-  if (need_dx0) g.dx0 = Tensor::zeros({B, W - 1, C}, dt, devc);
-  const int64_t n = B * T * C;
+  if (need_dw) g.dw = grad({C, W});
+  if (need_db) g.dbias = grad({C});
+  if (need_dx0) g.dx0 = grad({B, W - 1, C});
   if (n == 0 || !(need_dx || need_dw || need_db || need_dx0)) return g;
   cudaStream_t stream = current_stream(dev);
   visit_cuda_float("causal_conv1d_silu_backward_cuda", dt, [&](auto tag) {
