@@ -6,7 +6,8 @@
 // The gain gradient (wrows, Gs) is reduced without atomics: the grid has a multiple of wrows warps,
 // so every row a warp takes uses the same gain row and the warp sums into its own shared (Gs,) row
 // (a lane only touches its own columns: no barriers); the block adds its warps' rows in warp order
-// into one (wrows, Gs) partial, and column_sum_kernel adds the partials in a fixed order.
+// into one (wrows, Gs) partial, and column_sum_kernel adds the partials in a fixed order. Rows wider
+// than a warp's pack row (Mamba2's) take a block per row instead (backward_rows_kernel below).
 #include <algorithm>
 #include <numeric>
 
@@ -152,6 +153,68 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
   }
 }
 
+// Rows of kWarpSize * V < Gs <= 1024 * V elements (Mamba2's d_ssm / G): a block of ceil(Gs / V)
+// threads (rounded to warps) per row, each holding one pack of every stream in registers (one read),
+// m by a block reduction, and its columns' dw in registers across the block's rows. gridDim.x is a
+// multiple of wrows, so block b's rows all use gain row b % wrows; its dw goes to row b / wrows,
+// columns (b % wrows) * Gs.. of dw_partial, a (gridDim.x / wrows, wrows * Gs) matrix.
+template <typename T, int V>
+__global__ void gated_rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z,
+                                                   const T* __restrict__ w, const T* __restrict__ dy,
+                                                   const float* __restrict__ rstd, T* __restrict__ dx,
+                                                   T* __restrict__ dz, float* __restrict__ dw_partial, int64_t rows,
+                                                   int Gs, int64_t wrows, bool gate_first) {
+  const int c = threadIdx.x * V;
+  const bool active = c < Gs;
+  const int64_t wrow = blockIdx.x % wrows;
+  float wv[V], dw[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) wv[e] = dw[e] = 0.f;
+  if (active) load_f32(w + wrow * Gs + c, wv);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V], zv[V], go[V];
+    if (active) {
+      load_f32(x + row * Gs + c, xv);
+      load_f32(z + row * Gs + c, zv);
+      load_f32(dy + row * Gs + c, go);
+    }
+    const float rs = rstd[row];
+    float m = 0.f;
+    if (dx || dz) {
+      if (active)
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float sg = sigmoidf_(zv[e]);
+          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
+          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
+          m += dnh * nh;
+        }
+      m = block_reduce_sum(m) / float(Gs);
+    }
+    if (!active) continue;
+    float ox[V], oz[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float sg = sigmoidf_(zv[e]);
+      const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
+      const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
+      const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
+      const float dn = rs * (dnh - nh * m);
+      if (gate_first) {
+        ox[e] = dn * zv[e] * sg;
+        oz[e] = dn * xv[e] * dsilu;
+      } else {
+        ox[e] = dn;
+        oz[e] = go[e] * nh * wv[e] * dsilu;
+      }
+      dw[e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs : go[e] * zv[e] * sg * xv[e] * rs;
+    }
+    if (dx) store_f32(dx + row * Gs + c, ox);
+    if (dz) store_f32(dz + row * Gs + c, oz);
+  }
+  if (dw_partial && active) store_f32(dw_partial + (blockIdx.x / wrows) * (wrows * Gs) + wrow * Gs + c, dw);
+}
+
 }  // namespace
 
 Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tensor& w0, double eps,
@@ -210,15 +273,39 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
     using T = decltype(tag);
     T* dx = needed[0] ? g.dx.data<T>() : nullptr;
     T* dz = needed[1] ? g.dz.data<T>() : nullptr;
-    auto launch = [&](auto kernel) {
-      // Enough blocks to fill every SM at the occupancy the shared rows allow, rounded up so the
-      // grid's warps are a multiple of wrows (each warp then keeps one gain row).
+    const bool packed = pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(), dx, dz}) > 1;
+    constexpr int P = kPack16<T>;
+    // Enough blocks to fill every SM at the kernel's occupancy, rounded up to a multiple of `unit`.
+    auto grid_for = [&](auto kernel, int threads, size_t smem, int64_t want, int64_t unit) {
       int per_sm = 0;
       HYB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-      const int64_t fill = std::min<int64_t>((rows + warps - 1) / warps,
-                                             int64_t(std::max(per_sm, 1)) * cuda_device_props(dev).sm_count);
-      const int64_t unit = wrows / std::gcd(wrows, int64_t(warps));
-      const int blocks = int((std::max<int64_t>(fill, 1) + unit - 1) / unit * unit);
+      const int64_t fill = std::min<int64_t>(want, int64_t(std::max(per_sm, 1)) * cuda_device_props(dev).sm_count);
+      return int((std::max<int64_t>(fill, 1) + unit - 1) / unit * unit);
+    };
+    auto reduce_dw = [&](const Tensor& partial, int partial_rows) {
+      g.dw = Tensor::empty(w.shape(), w.dtype(), w.device());
+      column_sum_kernel<T><<<column_sum_blocks(wn), kColumnSumThreads, 0, current_stream(dev)>>>(
+          partial.data<float>(), g.dw.data<T>(), partial_rows, wn, 1.f);
+      HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), kColumnSumThreads, 0);
+    };
+    if (packed && Gs > kWarpSize * P && Gs <= 1024 * P) {
+      const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
+      auto kernel = gated_rmsnorm_backward_rows_kernel<T, P>;
+      const int blocks = grid_for(kernel, row_threads, 0, rows, wrows);
+      Tensor partial;
+      if (needed[2]) partial = Tensor::empty({blocks / wrows, wn}, DType::f32, x.device());
+      kernel<<<blocks, row_threads, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
+                                                              rstd.data<float>(), dx, dz,
+                                                              needed[2] ? partial.data<float>() : nullptr, rows, Gs,
+                                                              wrows, gate_first);
+      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_rows_kernel", blocks, row_threads, 0);
+      if (needed[2]) reduce_dw(partial, int(blocks / wrows));
+      return;
+    }
+    auto launch = [&](auto kernel) {
+      // The grid's warps a multiple of wrows: each warp then keeps one gain row.
+      const int blocks = grid_for(kernel, threads, smem, (rows + warps - 1) / warps,
+                                  wrows / std::gcd(wrows, int64_t(warps)));
       Tensor partial;
       if (needed[2]) partial = Tensor::empty({blocks, wn}, DType::f32, x.device());
       kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
@@ -226,15 +313,10 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
                                                              needed[2] ? partial.data<float>() : nullptr, rows, Gs, wrows,
                                                              gate_first);
       HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_kernel", blocks, threads, smem);
-      if (needed[2]) {
-        g.dw = Tensor::empty(w.shape(), w.dtype(), w.device());
-        column_sum_kernel<T><<<column_sum_blocks(wn), kColumnSumThreads, 0, current_stream(dev)>>>(
-            partial.data<float>(), g.dw.data<T>(), blocks, wn, 1.f);
-        HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), kColumnSumThreads, 0);
-      }
+      if (needed[2]) reduce_dw(partial, blocks);
     };
-    if (pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(), dx, dz}) > 1)
-      launch(gated_rmsnorm_backward_kernel<T, kPack16<T>>);
+    if (packed)
+      launch(gated_rmsnorm_backward_kernel<T, P>);
     else
       launch(gated_rmsnorm_backward_kernel<T, 1>);
   });
