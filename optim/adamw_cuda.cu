@@ -121,7 +121,8 @@ void adamw_update_multi_cuda(const std::vector<AdamWTarget>& targets, const Adam
   Tensor dev_table = host.to(d);
   const auto* tp = static_cast<const AdamWTensor*>(dev_table.raw_data());
   const auto* sp = reinterpret_cast<const int64_t*>(static_cast<const char*>(dev_table.raw_data()) + table.size() * sizeof(AdamWTensor));
-  const int grid = grid_blocks(chunks, 1, dev);
+  // Every block takes an equal range of chunks: one wave of resident blocks, no partial second wave.
+  const int grid = grid_blocks_for(adamw_multi_kernel, chunks * kThreads, kThreads, 0, dev);
   const AdamWScalars k{float(s.beta1), float(s.beta2), float(1.0 / s.bias1), float(1.0 / std::sqrt(s.bias2)),
                        float(s.eps)};
   adamw_multi_kernel<<<grid, kThreads, 0, current_stream(dev)>>>(tp, sp, int(table.size()), chunks, k);

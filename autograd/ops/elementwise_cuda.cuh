@@ -236,8 +236,9 @@ Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor,
   }
   if (n >= (int64_t(1) << 31)) {
     const auto l = merge_dims<K + 1, uint64_t>(kernel, shape, strides);
-    const int grid = grid_blocks(n, kElementwiseThreads, device.index);
-    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
+    auto k = map_strided_kernel<T, K, F, uint64_t>;
+    const int grid = grid_blocks_for(k, n, kElementwiseThreads, 0, device.index);
+    k<<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
     return y;
   }
@@ -245,12 +246,14 @@ Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor,
   unsigned splat = 0;
   if (packable(o, l, &splat)) {
     constexpr int kVec = kPack16<T>;
-    const int grid = grid_blocks(n / kVec + 1, kElementwiseThreads, device.index);
-    map_packed_kernel<T, kVec, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), splat, f);
+    auto k = map_packed_kernel<T, kVec, K, F, uint32_t>;
+    const int grid = grid_blocks_for(k, n / kVec + 1, kElementwiseThreads, 0, device.index);
+    k<<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), splat, f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   } else {
-    const int grid = grid_blocks(n, kElementwiseThreads, device.index);
-    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
+    auto k = map_strided_kernel<T, K, F, uint32_t>;
+    const int grid = grid_blocks_for(k, n, kElementwiseThreads, 0, device.index);
+    k<<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   }
   return y;

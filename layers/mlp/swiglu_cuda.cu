@@ -77,7 +77,7 @@ Tensor swiglu_forward_cuda(const Tensor& a0, const Tensor& b0) {
   visit_cuda_float("swiglu_forward_cuda", a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto kernel, int V) {
-      const int grid = grid_blocks(n / V + 1, kThreads, dev);
+      const int grid = grid_blocks_for(kernel, n / V + 1, kThreads, 0, dev);
       kernel<<<grid, kThreads, 0, current_stream(dev)>>>(a.data<T>(), b.data<T>(), z.data<T>(), n);
       HYB_CUDA_LAUNCH_CHECK("swiglu_forward_kernel", grid, kThreads, 0);
     };
@@ -101,7 +101,7 @@ std::pair<Tensor, Tensor> swiglu_backward_cuda(const SwigluSaved& s, const Tenso
     T* dap = needed[0] ? da.data<T>() : nullptr;
     T* dbp = needed[1] ? db.data<T>() : nullptr;
     auto launch = [&](auto kernel, int V) {
-      const int grid = grid_blocks(n / V + 1, kThreads, dev);
+      const int grid = grid_blocks_for(kernel, n / V + 1, kThreads, 0, dev);
       kernel<<<grid, kThreads, 0, current_stream(dev)>>>(a.data<T>(), b.data<T>(), dz.data<T>(), dap, dbp, n);
       HYB_CUDA_LAUNCH_CHECK("swiglu_backward_kernel", grid, kThreads, 0);
     };

@@ -12,7 +12,6 @@
 #include <numeric>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
@@ -65,6 +64,41 @@ __global__ void gated_rmsnorm_forward_kernel(const T* __restrict__ x, const T* _
       out[e] = gate_first ? xv[e] * silu_z * rs * wv[e] : xv[e] * rs * wv[e] * silu_z;
     }
     store_f32(yr + c, out);
+  }
+}
+
+// Rows of kWarpSize * V < Gs <= 1024 * V elements: a block of ceil(Gs / V) threads (rounded to warps)
+// per row, grid-stride; a thread holds one pack of x and z in registers, so each is read once.
+template <typename T, int V>
+__global__ void gated_rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z,
+                                                  const T* __restrict__ w, T* __restrict__ y, float* __restrict__ rstd,
+                                                  int64_t rows, int Gs, int64_t wrows, float eps, bool gate_first) {
+  const int c = threadIdx.x * V;
+  const bool active = c < Gs;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V], zv[V];
+    float ss = 0.f;
+    if (active) {
+      load_f32(x + row * Gs + c, xv);
+      load_f32(z + row * Gs + c, zv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float a = gate_first ? xv[e] * zv[e] * sigmoidf_(zv[e]) : xv[e];
+        ss += a * a;
+      }
+    }
+    ss = block_reduce_sum(ss);
+    const float rs = rsqrtf(ss / float(Gs) + eps);
+    if (threadIdx.x == 0) rstd[row] = rs;
+    if (!active) continue;
+    float wv[V], out[V];
+    load_f32(w + (row % wrows) * Gs + c, wv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float silu_z = zv[e] * sigmoidf_(zv[e]);
+      out[e] = gate_first ? xv[e] * silu_z * rs * wv[e] : xv[e] * rs * wv[e] * silu_z;
+    }
+    store_f32(y + row * Gs + c, out);
   }
 }
 
@@ -235,10 +269,21 @@ Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tens
             order == GatedNormOrder::gate_then_norm);
         HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
       };
-      if (pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>()}) > 1)
-        launch(gated_rmsnorm_forward_kernel<T, kPack16<T>>);
-      else
+      constexpr int P = kPack16<T>;
+      const bool packed = pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>()}) > 1;
+      if (packed && Gs > kWarpSize * P && Gs <= 1024 * P) {
+        const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
+        auto kernel = gated_rmsnorm_forward_rows_kernel<T, P>;
+        const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
+        kernel<<<grid, row_threads, 0, current_stream(dev)>>>(
+            x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, Gs, wrows, float(eps),
+            order == GatedNormOrder::gate_then_norm);
+        HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_rows_kernel", grid, row_threads, 0);
+      } else if (packed) {
+        launch(gated_rmsnorm_forward_kernel<T, P>);
+      } else {
         launch(gated_rmsnorm_forward_kernel<T, 1>);
+      }
     });
   }
   if (rstd_out) *rstd_out = rstd;
@@ -277,10 +322,8 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
     constexpr int P = kPack16<T>;
     // Enough blocks to fill every SM at the kernel's occupancy, rounded up to a multiple of `unit`.
     auto grid_for = [&](auto kernel, int threads, size_t smem, int64_t want, int64_t unit) {
-      int per_sm = 0;
-      HYB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-      const int64_t fill = std::min<int64_t>(want, int64_t(std::max(per_sm, 1)) * cuda_device_props(dev).sm_count);
-      return int((std::max<int64_t>(fill, 1) + unit - 1) / unit * unit);
+      const int64_t fill = grid_blocks_for(kernel, want * threads, threads, smem, dev);
+      return int((fill + unit - 1) / unit * unit);
     };
     auto reduce_dw = [&](const Tensor& partial, int partial_rows) {
       g.dw = Tensor::empty(w.shape(), w.dtype(), w.device());

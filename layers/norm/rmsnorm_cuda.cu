@@ -9,7 +9,6 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
@@ -244,11 +243,7 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       // Enough blocks to fill every SM at the occupancy the kernel allows, and no more: each block
       // adds one partial row for the reduction to read.
       const int threads = warps * kWarpSize;
-      int per_sm = 0;
-      HYB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-      const int64_t want = (rows + warps - 1) / warps;
-      const int blocks = int(std::max<int64_t>(
-          1, std::min<int64_t>(want, int64_t(std::max(per_sm, 1)) * cuda_device_props(dev).sm_count)));
+      const int blocks = grid_blocks_for(kernel, (rows + warps - 1) / warps * threads, threads, smem, dev);
       Tensor partial;
       if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
       kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), w.data<T>(), dy.data<T>(),

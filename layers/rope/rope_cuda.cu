@@ -88,11 +88,11 @@ Tensor rope_rotate_cuda(const Tensor& x, const RopeTable& table, int64_t offset,
     const int64_t items = d.H * (d.R / 2 + d.D - d.R) / V;
     const int tx = int(std::min<int64_t>(256, (items + 31) / 32 * 32));
     const int ty = std::max(1, 256 / tx);
-    const int total = grid_blocks(n / V, tx * ty, dev);
-    const int gy = int(std::min<int64_t>(d.B, 65535));
-    const int gx = int(std::clamp<int64_t>((total + gy - 1) / gy, 1, (d.T + ty - 1) / ty));
-    const dim3 grid(gx, gy), block(tx, ty);
     auto launch = [&](auto kernel) {
+      const int total = grid_blocks_for(kernel, n / V, tx * ty, 0, dev);
+      const int gy = int(std::min<int64_t>(d.B, 65535));
+      const int gx = int(std::clamp<int64_t>((total + gy - 1) / gy, 1, (d.T + ty - 1) / ty));
+      const dim3 grid(gx, gy), block(tx, ty);
       kernel<<<grid, block, 0, current_stream(dev)>>>(xp, y.data<T>(), table.cos.data<float>(), table.sin.data<float>(), d);
       HYB_CUDA_LAUNCH_CHECK("rope_kernel", grid, block, 0);
     };
