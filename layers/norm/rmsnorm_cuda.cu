@@ -48,6 +48,43 @@ __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restr
   }
 }
 
+// The same forward for rows of at most 32 * V * kIters elements: the lane's packs of x stay in
+// registers between the two passes.
+template <typename T, int V, int kIters>
+__global__ void rmsnorm_forward_cached_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                              float* __restrict__ rstd, int64_t rows, int C, float eps) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const T* xr = x + row * C;
+  T* yr = y + row * C;
+  float xv[kIters][V];
+  float ss = 0;
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (k * kWarpSize + lane) * V;
+    if (c < C) {
+      load_f32(xr + c, xv[k]);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += xv[k][j] * xv[k][j];
+    }
+  }
+  ss = warp_reduce_sum(ss);
+  const float rs = rsqrtf(ss / float(C) + eps);
+  if (lane == 0 && rstd) rstd[row] = rs;
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (k * kWarpSize + lane) * V;
+    if (c < C) {
+      float wv[V], yv[V];
+      load_f32(w + c, wv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[k][j] * rs);
+      store_f32(yr + c, yv);
+    }
+  }
+}
+
 // dx per row (warp per row, rows grid-stride); dw into the warp's shared row s_dw[warp * C ...], then
 // summed over the block's warps in warp order into dw_partial[blockIdx.x].
 template <typename T, int V>
@@ -211,8 +248,16 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
                                                                           rstd.data<float>(), rows, C, float(eps));
       HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
     };
-    if (pack_width<T>(C, {x.data<T>(), w.data<T>(), y.data<T>()}) > 1)
-      launch(rmsnorm_forward_kernel<T, kPack16<T>>);
+    constexpr int P = kPack16<T>;
+    const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), y.data<T>()}) > 1;
+    if (packed && C <= kWarpSize * P)
+      launch(rmsnorm_forward_cached_kernel<T, P, 1>);
+    else if (packed && C <= 2 * kWarpSize * P)
+      launch(rmsnorm_forward_cached_kernel<T, P, 2>);
+    else if (packed && C <= 4 * kWarpSize * P)
+      launch(rmsnorm_forward_cached_kernel<T, P, 4>);
+    else if (packed)
+      launch(rmsnorm_forward_kernel<T, P>);
     else
       launch(rmsnorm_forward_kernel<T, 1>);
   });
