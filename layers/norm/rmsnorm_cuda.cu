@@ -5,7 +5,8 @@
 // warp sums dy * xhat of its rows per column (in registers when a packed row fits 4 packs a lane,
 // else in its own shared fp32 row; a lane only ever touches its own columns, so no barrier is
 // needed), the block adds its warps' sums in warp order into one partial row, and
-// column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order.
+// column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order. Packed rows wider than
+// 4 packs a lane take a block per row instead, with every value in registers.
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
@@ -225,6 +226,73 @@ __global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T*
   for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
 }
 
+// Rows wider than a warp's 4 packs (d_model 2048 and up, to 1024 packs): a block of ceil(C / V)
+// threads (rounded to warps) per row, grid-stride, each thread holding one pack of every stream in
+// registers (one read of x and dy), the row statistics by block reductions, and its columns' dw in
+// registers across the block's rows, written as the block's partial row.
+template <typename T, int V>
+__global__ void rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                            float* __restrict__ rstd, int64_t rows, int C, float eps) {
+  const int c = threadIdx.x * V;
+  const bool active = c < C;
+  float wv[V];
+  if (active) load_f32(w + c, wv);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V];
+    float ss = 0.f;
+    if (active) {
+      load_f32(x + row * C + c, xv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += xv[j] * xv[j];
+    }
+    ss = block_reduce_sum(ss);
+    const float rs = rsqrtf(ss / float(C) + eps);
+    if (threadIdx.x == 0 && rstd) rstd[row] = rs;
+    if (!active) continue;
+    float yv[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[j] * rs);
+    store_f32(y + row * C + c, yv);
+  }
+}
+
+template <typename T, int V>
+__global__ void rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                             const T* __restrict__ dy, const float* __restrict__ rstd,
+                                             T* __restrict__ dx, float* __restrict__ dw_partial, int64_t rows, int C) {
+  const int c = threadIdx.x * V;
+  const bool active = c < C;
+  float wv[V], dw[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) wv[j] = dw[j] = 0.f;
+  if (active) load_f32(w + c, wv);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V], gv[V];
+    if (active) {
+      load_f32(x + row * C + c, xv);
+      load_f32(dy + row * C + c, gv);
+    }
+    const float rs = rstd[row];
+    if (dx) {
+      float m = 0.f;
+      if (active)
+#pragma unroll
+        for (int j = 0; j < V; ++j) m += gv[j] * wv[j] * xv[j] * rs;
+      m = block_reduce_sum(m) / float(C);
+      if (active) {
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = rs * (gv[j] * wv[j] - xv[j] * rs * m);
+        store_f32(dx + row * C + c, out);
+      }
+    }
+    if (active)
+#pragma unroll
+      for (int j = 0; j < V; ++j) dw[j] += gv[j] * xv[j] * rs;
+  }
+  if (dw_partial && active) store_f32(dw_partial + int64_t(blockIdx.x) * C + c, dw);
+}
+
 }  // namespace
 
 Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tensor* rstd_out) {
@@ -256,7 +324,14 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
       launch(rmsnorm_forward_cached_kernel<T, P, 2>);
     else if (packed && C <= 4 * kWarpSize * P)
       launch(rmsnorm_forward_cached_kernel<T, P, 4>);
-    else if (packed)
+    else if (packed && C <= 1024 * P) {
+      const int row_threads = (C / P + kWarpSize - 1) / kWarpSize * kWarpSize;
+      auto kernel = rmsnorm_forward_rows_kernel<T, P>;
+      const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
+      kernel<<<grid, row_threads, 0, current_stream(dev)>>>(x.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(),
+                                                            rows, C, float(eps));
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_rows_kernel", grid, row_threads, 0);
+    } else if (packed)
       launch(rmsnorm_forward_kernel<T, P>);
     else
       launch(rmsnorm_forward_kernel<T, 1>);
@@ -284,11 +359,13 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
   visit_cuda_float("rmsnorm_backward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* dx = needed[0] ? g.dx.data<T>() : nullptr;
-    auto launch = [&](auto kernel, int warps, size_t smem) {
+    // `rows_per_block` rows in flight per block: its warps (a row each), or 1 for a block per row.
+    auto launch = [&](auto kernel, int warps, int rows_per_block, size_t smem) {
       // Enough blocks to fill every SM at the occupancy the kernel allows, and no more: each block
       // adds one partial row for the reduction to read.
       const int threads = warps * kWarpSize;
-      const int blocks = grid_blocks_for(kernel, (rows + warps - 1) / warps * threads, threads, smem, dev);
+      const int blocks =
+          grid_blocks_for(kernel, (rows + rows_per_block - 1) / rows_per_block * threads, threads, smem, dev);
       Tensor partial;
       if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
       kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), w.data<T>(), dy.data<T>(),
@@ -305,19 +382,21 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1;
     const size_t cached_smem = needed[1] ? row_bytes : 0;
     if (packed && C <= kWarpSize * P) {
-      launch(rmsnorm_backward_cached_kernel<T, P, 1>, 8, cached_smem);
+      launch(rmsnorm_backward_cached_kernel<T, P, 1>, 8, 8, cached_smem);
     } else if (packed && C <= 2 * kWarpSize * P) {
-      launch(rmsnorm_backward_cached_kernel<T, P, 2>, 8, cached_smem);
+      launch(rmsnorm_backward_cached_kernel<T, P, 2>, 8, 8, cached_smem);
     } else if (packed && C <= 4 * kWarpSize * P) {
-      launch(rmsnorm_backward_cached_kernel<T, P, 4>, 8, cached_smem);
+      launch(rmsnorm_backward_cached_kernel<T, P, 4>, 8, 8, cached_smem);
+    } else if (packed && C <= 1024 * P) {
+      launch(rmsnorm_backward_rows_kernel<T, P>, (C / P + kWarpSize - 1) / kWarpSize, 1, 0);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
       const size_t smem = needed[1] ? size_t(warps) * row_bytes : 0;
       if (packed)
-        launch(rmsnorm_backward_kernel<T, P>, warps, smem);
+        launch(rmsnorm_backward_kernel<T, P>, warps, warps, smem);
       else
-        launch(rmsnorm_backward_kernel<T, 1>, warps, smem);
+        launch(rmsnorm_backward_kernel<T, 1>, warps, warps, smem);
     }
   });
   return g;
