@@ -3,7 +3,7 @@
 // scalar code otherwise; the caching allocator's 512-byte blocks make the aligned path the usual one.
 //   using P = Pack<float, kPack16<float>>;            // 4 floats
 //   P v = load_pack<P>(x + 4 * i); ...; store_pack(y + 4 * i, v);
-//   float f[8]; unpack_f32(load_pack<Pack<bf16, 8>>(x + 8 * i), f); ... store_pack(y + 8 * i, pack_f32<bf16>(f));
+//   float f[8]; load_f32(x + 8 * i, f); ... store_f32(y + 8 * i, f);  // bf16 or f32 in memory, fp32 math
 //   const int V = pack_width<T>(C, {x, y});  // kPack16<T> or 1: a kernel templated on V serves both
 #pragma once
 #include <cstddef>
@@ -35,12 +35,7 @@ __device__ __forceinline__ void store_pack(T* p, const P& v) {
 }
 
 // Conversions through device_convert, so a packed kernel rounds exactly as its scalar form does.
-template <typename T, int N>
-__device__ __forceinline__ void unpack_f32(const Pack<T, N>& p, float (&f)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) f[i] = device_convert<float>(p.v[i]);
-}
-
+// pack_f32 keeps the rounded pack for a kernel that also reads back what it stores.
 template <typename T, int N>
 __device__ __forceinline__ Pack<T, N> pack_f32(const float (&f)[N]) {
   Pack<T, N> p;
