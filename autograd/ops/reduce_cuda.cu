@@ -197,8 +197,8 @@ void launch_sum(const Tensor& x, const std::vector<int64_t>& dims, const Tensor&
   }
   if (splits > 1) {
     // The splits' partials in a fixed order, many threads per column (kernels/reduce.cuh).
-    column_sum_kernel<T><<<column_sum_blocks(M), kColumnSumThreads, 0, stream>>>(pp, yp, splits, M, s);
-    HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (sum splits)", column_sum_blocks(M), kColumnSumThreads, 0);
+    column_sum_kernel<T><<<column_sum_blocks(M), column_sum_threads(splits), 0, stream>>>(pp, yp, splits, M, s);
+    HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (sum splits)", column_sum_blocks(M), column_sum_threads(splits), 0);
   }
 }
 

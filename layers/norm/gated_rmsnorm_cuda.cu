@@ -327,9 +327,9 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
     };
     auto reduce_dw = [&](const Tensor& partial, int partial_rows) {
       g.dw = Tensor::empty(w.shape(), w.dtype(), w.device());
-      column_sum_kernel<T><<<column_sum_blocks(wn), kColumnSumThreads, 0, current_stream(dev)>>>(
+      column_sum_kernel<T><<<column_sum_blocks(wn), column_sum_threads(partial_rows), 0, current_stream(dev)>>>(
           partial.data<float>(), g.dw.data<T>(), partial_rows, wn, 1.f);
-      HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), kColumnSumThreads, 0);
+      HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
     };
     if (packed && Gs > kWarpSize * P && Gs <= 1024 * P) {
       const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;

@@ -373,9 +373,9 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
                                                              needed[1] ? partial.data<float>() : nullptr, rows, C);
       HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, threads, smem);
       if (needed[1]) {
-        column_sum_kernel<T><<<column_sum_blocks(C), kColumnSumThreads, 0, current_stream(dev)>>>(
+        column_sum_kernel<T><<<column_sum_blocks(C), column_sum_threads(blocks), 0, current_stream(dev)>>>(
             partial.data<float>(), g.dw.data<T>(), blocks, C, 1.f);
-        HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (rmsnorm dw)", column_sum_blocks(C), kColumnSumThreads, 0);
+        HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (rmsnorm dw)", column_sum_blocks(C), column_sum_threads(blocks), 0);
       }
     };
     constexpr int P = kPack16<T>;

@@ -192,14 +192,14 @@ SsmDecayGrads ssm_decay_backward_cuda(const SsmDecaySaved& s, const Tensor& ddt0
         if (!sums) return;
         const int cb = column_sum_blocks(H);
         if (needed[1]) {
-          column_sum_kernel<E><<<cb, kColumnSumThreads, 0, current_stream(dev)>>>(partial.data<float>(),
+          column_sum_kernel<E><<<cb, column_sum_threads(blocks), 0, current_stream(dev)>>>(partial.data<float>(),
                                                                                  out.ddt_bias.data<E>(), blocks, H, 1.f);
-          HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (ssm_decay ddt_bias)", cb, kColumnSumThreads, 0);
+          HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (ssm_decay ddt_bias)", cb, column_sum_threads(blocks), 0);
         }
         if (needed[2]) {
-          column_sum_kernel<E><<<cb, kColumnSumThreads, 0, current_stream(dev)>>>(
+          column_sum_kernel<E><<<cb, column_sum_threads(blocks), 0, current_stream(dev)>>>(
               partial.data<float>() + int64_t(blocks) * H, out.dA_log.data<E>(), blocks, H, 1.f);
-          HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (ssm_decay dA_log)", cb, kColumnSumThreads, 0);
+          HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (ssm_decay dA_log)", cb, column_sum_threads(blocks), 0);
         }
       };
       if (pack_width<E>(n, {x.data<E>(), ddtp, dgp, g.data<E>(), dzz.data<E>()}) > 1)
