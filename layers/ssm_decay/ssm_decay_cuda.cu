@@ -129,12 +129,15 @@ __global__ void ssm_decay_backward_kernel(const T* __restrict__ x, const T* __re
   }
 }
 
-// Blocks of `kernel` for n elements in packs of V with a grid stride that is a multiple of H.
-template <typename Kernel>
-int decay_blocks(Kernel kernel, int64_t n, int64_t H, int V, int dev) {
+// Blocks for n elements in packs of V with a grid stride that is a multiple of H. The count comes from
+// the shape alone (at most kMaxBlocks, then rounded up to the multiple), so the head sums add their
+// partials in the same order on every GPU.
+constexpr int64_t kMaxBlocks = 1024;
+
+int decay_blocks(int64_t n, int64_t H, int V) {
   const int64_t per_block = int64_t(kThreads) * V;
   const int64_t unit = H / std::gcd(H, per_block);
-  const int64_t want = grid_blocks_for(kernel, (n + V - 1) / V, kThreads, 0, dev);
+  const int64_t want = std::clamp<int64_t>((n + per_block - 1) / per_block, 1, kMaxBlocks);
   return int((want + unit - 1) / unit * unit);
 }
 
@@ -150,7 +153,7 @@ SsmDecayOutputs ssm_decay_forward_cuda(const Tensor& x0, const Tensor& dt_bias0,
   visit_cuda_float("ssm_decay_forward_cuda", x.dtype(), [&](auto tag) {
     using E = decltype(tag);
     auto launch = [&](auto kernel, int V) {
-      const int blocks = decay_blocks(kernel, n, H, V, dev);
+      const int blocks = decay_blocks(n, H, V);
       kernel<<<blocks, kThreads, 0, current_stream(dev)>>>(x.data<E>(), bias.data<E>(), A_log.data<E>(), r.dt.data<E>(),
                                                            r.g.data<E>(), n, int(H), float(lo), float(hi));
       HYB_CUDA_LAUNCH_CHECK("ssm_decay_forward_kernel", blocks, kThreads, 0);
@@ -181,7 +184,7 @@ SsmDecayGrads ssm_decay_backward_cuda(const SsmDecaySaved& s, const Tensor& ddt0
       const E* dgp = dg.defined() ? dg.data<E>() : nullptr;
       const bool sums = needed[1] || needed[2];
       auto launch = [&](auto kernel, int V) {
-        const int blocks = decay_blocks(kernel, n, H, V, dev);
+        const int blocks = decay_blocks(n, H, V);
         Tensor partial;
         if (sums) partial = Tensor::empty({2, blocks, H}, DType::f32, x.device());
         kernel<<<blocks, kThreads, 0, current_stream(dev)>>>(x.data<E>(), bias.data<E>(), A_log.data<E>(), ddtp, dgp,
