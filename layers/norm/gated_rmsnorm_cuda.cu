@@ -21,7 +21,8 @@
 namespace hyb {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // forward: warps per block, one row each
+constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
+constexpr int kMaxRowThreads = 512;  // block-per-row kernels: at most 128 registers a thread
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + __expf(-z)); }
 
@@ -67,12 +68,13 @@ __global__ void gated_rmsnorm_forward_kernel(const T* __restrict__ x, const T* _
   }
 }
 
-// Rows of kWarpSize * V < Gs <= 1024 * V elements: a block of ceil(Gs / V) threads (rounded to warps)
+// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements: a block of ceil(Gs / V) threads (rounded to warps)
 // per row, grid-stride; a thread holds one pack of x and z in registers, so each is read once.
 template <typename T, int V>
-__global__ void gated_rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z,
-                                                  const T* __restrict__ w, T* __restrict__ y, float* __restrict__ rstd,
-                                                  int64_t rows, int Gs, int64_t wrows, float eps, bool gate_first) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    gated_rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
+                                      T* __restrict__ y, float* __restrict__ rstd, int64_t rows, int Gs, int64_t wrows,
+                                      float eps, bool gate_first) {
   const int c = threadIdx.x * V;
   const bool active = c < Gs;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -187,17 +189,17 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
   }
 }
 
-// Rows of kWarpSize * V < Gs <= 1024 * V elements (Mamba2's d_ssm / G): a block of ceil(Gs / V)
+// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements (Mamba2's d_ssm / G): a block of ceil(Gs / V)
 // threads (rounded to warps) per row, each holding one pack of every stream in registers (one read),
 // m by a block reduction, and its columns' dw in registers across the block's rows. gridDim.x is a
 // multiple of wrows, so block b's rows all use gain row b % wrows; its dw goes to row b / wrows,
 // columns (b % wrows) * Gs.. of dw_partial, a (gridDim.x / wrows, wrows * Gs) matrix.
 template <typename T, int V>
-__global__ void gated_rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z,
-                                                   const T* __restrict__ w, const T* __restrict__ dy,
-                                                   const float* __restrict__ rstd, T* __restrict__ dx,
-                                                   T* __restrict__ dz, float* __restrict__ dw_partial, int64_t rows,
-                                                   int Gs, int64_t wrows, bool gate_first) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    gated_rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
+                                       const T* __restrict__ dy, const float* __restrict__ rstd, T* __restrict__ dx,
+                                       T* __restrict__ dz, float* __restrict__ dw_partial, int64_t rows, int Gs,
+                                       int64_t wrows, bool gate_first) {
   const int c = threadIdx.x * V;
   const bool active = c < Gs;
   const int64_t wrow = blockIdx.x % wrows;
@@ -271,7 +273,7 @@ Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tens
       };
       constexpr int P = kPack16<T>;
       const bool packed = pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>()}) > 1;
-      if (packed && Gs > kWarpSize * P && Gs <= 1024 * P) {
+      if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
         const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
         auto kernel = gated_rmsnorm_forward_rows_kernel<T, P>;
         const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
@@ -331,7 +333,7 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
           partial.data<float>(), g.dw.data<T>(), partial_rows, wn, 1.f);
       HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
     };
-    if (packed && Gs > kWarpSize * P && Gs <= 1024 * P) {
+    if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
       const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
       auto kernel = gated_rmsnorm_backward_rows_kernel<T, P>;
       const int blocks = grid_for(kernel, row_threads, 0, rows, wrows);

@@ -19,7 +19,8 @@
 namespace hyb {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // forward: warps per block, one row each
+constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
+constexpr int kMaxRowThreads = 512;  // block-per-row kernels: at most 128 registers a thread
 
 template <typename T, int V>
 __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
@@ -226,13 +227,14 @@ __global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T*
   for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
 }
 
-// Rows wider than a warp's 4 packs (d_model 2048 and up, to 1024 packs): a block of ceil(C / V)
+// Rows wider than a warp's 4 packs (d_model 2048 and up, to kMaxRowThreads packs): a block of ceil(C / V)
 // threads (rounded to warps) per row, grid-stride, each thread holding one pack of every stream in
 // registers (one read of x and dy), the row statistics by block reductions, and its columns' dw in
 // registers across the block's rows, written as the block's partial row.
 template <typename T, int V>
-__global__ void rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                                            float* __restrict__ rstd, int64_t rows, int C, float eps) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                float* __restrict__ rstd, int64_t rows, int C, float eps) {
   const int c = threadIdx.x * V;
   const bool active = c < C;
   float wv[V];
@@ -257,9 +259,10 @@ __global__ void rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __
 }
 
 template <typename T, int V>
-__global__ void rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                             const T* __restrict__ dy, const float* __restrict__ rstd,
-                                             T* __restrict__ dx, float* __restrict__ dw_partial, int64_t rows, int C) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
+                                 const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ dw_partial,
+                                 int64_t rows, int C) {
   const int c = threadIdx.x * V;
   const bool active = c < C;
   float wv[V], dw[V];
@@ -324,7 +327,7 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
       launch(rmsnorm_forward_cached_kernel<T, P, 2>);
     else if (packed && C <= 4 * kWarpSize * P)
       launch(rmsnorm_forward_cached_kernel<T, P, 4>);
-    else if (packed && C <= 1024 * P) {
+    else if (packed && C <= kMaxRowThreads * P) {
       const int row_threads = (C / P + kWarpSize - 1) / kWarpSize * kWarpSize;
       auto kernel = rmsnorm_forward_rows_kernel<T, P>;
       const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
@@ -387,7 +390,7 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, 8, 8, cached_smem);
     } else if (packed && C <= 4 * kWarpSize * P) {
       launch(rmsnorm_backward_cached_kernel<T, P, 4>, 8, 8, cached_smem);
-    } else if (packed && C <= 1024 * P) {
+    } else if (packed && C <= kMaxRowThreads * P) {
       launch(rmsnorm_backward_rows_kernel<T, P>, (C / P + kWarpSize - 1) / kWarpSize, 1, 0);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.

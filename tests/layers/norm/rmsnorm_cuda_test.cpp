@@ -9,8 +9,8 @@ using namespace hyb;
 
 TEST_CASE("rmsnorm on cuda matches the cpu reference, output and both gradients", "[rmsnorm][gpu]") {
   // 7: scalar; 64 to 1000: a warp per row with the row in registers (f32 768, 1000, 1004: a warp with
-  // the row re-read); 1004: packed for f32 only; 2056: a block per row, the last warp partly idle;
-  // 4100 (f32) and 8200 (bf16): rows past a block's 1024 packs, a warp per row again.
+  // the row re-read); 1004: packed for f32 only; 2056: a block per row in bf16, the last warp partly
+  // idle (f32: 514 packs, past a block's 512, a warp per row again); 4100 (f32) and 8200 (bf16) too.
   for (int64_t C : {7, 64, 768, 1000, 1004, 2056, 4100, 8200}) {
     DYNAMIC_SECTION("rows 333 C " << C) {
       auto r = cuda_parity([](const std::vector<Var>& x) { return std::vector<Var>{rmsnorm(x[0], x[1], 1e-5)}; },
