@@ -227,10 +227,10 @@ __global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T*
   for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
 }
 
-// Rows wider than a warp's 4 packs (d_model 2048 and up, to kMaxRowThreads packs): a block of ceil(C / V)
-// threads (rounded to warps) per row, grid-stride, each thread holding one pack of every stream in
-// registers (one read of x and dy), the row statistics by block reductions, and its columns' dw in
-// registers across the block's rows, written as the block's partial row.
+// Rows wider than a warp's 4 packs (d_model 2048 and up, to kMaxRowThreads packs): a block of
+// ceil(C / V) threads (rounded to warps) per row, grid-stride, each thread holding one pack of every
+// stream in registers (one read of x and dy), the row statistics by block reductions, and its
+// columns' dw in registers across the block's rows, written as the block's partial row.
 template <typename T, int V>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
