@@ -1,6 +1,9 @@
 // The dtypes the CUDA kernels compute on: f32 and bf16 (fp32 math inside). Mirrors visit_float.
 //   visit_cuda_float("rmsnorm_forward", x.dtype(), [&](auto tag) { using T = decltype(tag); ... });
 #pragma once
+#include <cstddef>
+#include <cstdint>
+
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/convert.cuh"
@@ -24,5 +27,19 @@ __device__ __forceinline__ T from_f32(float v) { return device_convert<T>(v); }
 
 // Blocks for a grid-stride loop over n items: enough to fill the device a few times over.
 int grid_blocks(int64_t n, int threads, int device);
+
+// How many blocks of `kernel` the device holds at once (its occupancy at `threads` and `smem`, times
+// the SMs). A grid-stride loop whose blocks all do the same work should launch no more: the blocks
+// past it would run in a second, partly empty wave.
+int resident_blocks(const void* kernel, int threads, size_t smem, int device);
+
+// Blocks for a grid-stride loop of `kernel` over n items: one wave at most.
+//   const int grid = grid_blocks_for(my_kernel<T, V>, n / V, 256, 0, dev);
+template <typename Kernel>
+int grid_blocks_for(Kernel kernel, int64_t n, int threads, size_t smem, int device) {
+  const int64_t want = (n + threads - 1) / threads;
+  const int64_t cap = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem, device);
+  return int(want < 1 ? 1 : (want < cap ? want : cap));
+}
 
 }  // namespace hyb

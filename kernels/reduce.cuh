@@ -3,8 +3,12 @@
 // barrier so one kernel can call it several times in a row.
 //   float total = block_reduce_sum(partial);
 //   float row_max = warp_reduce_max(v);
+//   column_sum_kernel<T><<<column_sum_blocks(n), column_sum_threads(rows), 0, stream>>>(partial, out, rows, n, 1.f);
 #pragma once
+#include <cstdint>
 #include <limits>
+
+#include "kernels/convert.cuh"
 
 namespace hyb {
 
@@ -49,5 +53,37 @@ template <typename T>
 __device__ __forceinline__ T block_reduce_sum(T v) { return block_reduce(v, SumOp{}, T(0)); }
 template <typename T>
 __device__ __forceinline__ T block_reduce_max(T v) { return block_reduce(v, MaxOp{}, std::numeric_limits<T>::lowest()); }
+
+// out[c] = scale * sum over r of partial[r][c] for a (rows, n) fp32 matrix of per-block partials (the
+// deterministic second stage of a parameter-gradient reduction), in an order fixed by rows alone: a
+// block takes 32 columns and S = min(rows, 32) slices, its warp k sums rows k, k + S, ... and the S
+// slice sums are added in slice order. Up to 1024 threads per 32 columns keep enough loads in flight
+// to read the partials at bandwidth, where one thread per column would be a dependent chain of
+// `rows` loads.
+constexpr int kColumnSumMaxSlices = 32;
+
+inline int column_sum_blocks(int64_t n) { return int((n + kWarpSize - 1) / kWarpSize); }
+inline int column_sum_threads(int rows) {
+  return kWarpSize * (rows < 1 ? 1 : (rows < kColumnSumMaxSlices ? rows : kColumnSumMaxSlices));
+}
+
+template <typename T>
+__global__ void column_sum_kernel(const float* __restrict__ partial, T* __restrict__ out, int rows, int64_t n,
+                                  float scale) {
+  __shared__ float s_slice[kColumnSumMaxSlices][kWarpSize + 1];
+  const int lane = threadIdx.x % kWarpSize, slice = threadIdx.x / kWarpSize;
+  const int slices = blockDim.x / kWarpSize;
+  const int64_t c = int64_t(blockIdx.x) * kWarpSize + lane;
+  float s = 0;
+  if (c < n)
+    for (int r = slice; r < rows; r += slices) s += partial[int64_t(r) * n + c];
+  s_slice[slice][lane] = s;
+  __syncthreads();
+  if (slice == 0 && c < n) {
+    float t = 0;
+    for (int k = 0; k < slices; ++k) t += s_slice[k][lane];
+    out[c] = device_convert<T>(t * scale);
+  }
+}
 
 }  // namespace hyb

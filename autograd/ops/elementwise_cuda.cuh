@@ -118,39 +118,54 @@ __device__ __forceinline__ float apply_map(const F& f, const float (&v)[NIn]) {
   }
 }
 
-// y = f(x...), a 16-byte pack of kVec elements per thread and step: every input is either contiguous
-// along the innermost merged dim (loaded as a pack) or constant along it (bit k of `splat`: one
-// element, repeated), so a bias add moves packs like a copy. The layout's division chain runs once per
-// pack. The tail of n % kVec elements (only when the layout is one dim) goes one at a time.
+// y = f(x...), 16-byte packs of kVec elements: every input is either contiguous along the innermost
+// merged dim (loaded as a pack) or constant along it (bit k of `splat`: one element, repeated), so a
+// bias add moves packs like a copy. A thread takes kMapUnroll packs a grid stride apart per step and
+// issues all their loads before any math, so twice the bytes are in flight that one pack per step
+// gives (with one pack per step, silu and the bias add measured 75% and 71% of the copy). The
+// layout's division chain runs once per pack. The tail of n % kVec elements (only when the layout
+// is one dim) goes one at a time.
+constexpr int kMapUnroll = 2;
+
 template <typename T, int kVec, int NIn, typename F, typename Index>
 __global__ void map_packed_kernel(MapOperands<T, NIn> o, StridedOffsets<NIn + 1, Index> l, Index n, unsigned splat,
                                   F f) {
   using P = Pack<T, kVec>;
   const Index stride = Index(gridDim.x) * blockDim.x;
   const Index packs = n / kVec;
-  for (Index p = Index(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
-    int64_t off[NIn + 1];
-    l.at(p * kVec, off);
-    P in[NIn];
+  for (Index p0 = Index(blockIdx.x) * blockDim.x + threadIdx.x; p0 < packs; p0 += kMapUnroll * stride) {
+    P in[kMapUnroll][NIn];
 #pragma unroll
-    for (int k = 0; k < NIn; ++k) {
-      if ((splat >> k) & 1u) {
-        const T v = o.x[k][off[k + 1]];
+    for (int u = 0; u < kMapUnroll; ++u) {
+      const Index p = p0 + Index(u) * stride;
+      if (p >= packs) break;
+      int64_t off[NIn + 1];
+      l.at(p * kVec, off);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) in[k].v[j] = v;
-      } else {
-        in[k] = load_pack<P>(o.x[k] + off[k + 1]);
+      for (int k = 0; k < NIn; ++k) {
+        if ((splat >> k) & 1u) {
+          const T v = o.x[k][off[k + 1]];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) in[u][k].v[j] = v;
+        } else {
+          in[u][k] = load_pack<P>(o.x[k] + off[k + 1]);
+        }
       }
     }
-    P out;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      float v[NIn];
+    for (int u = 0; u < kMapUnroll; ++u) {
+      const Index p = p0 + Index(u) * stride;
+      if (p >= packs) break;
+      P out;
 #pragma unroll
-      for (int k = 0; k < NIn; ++k) v[k] = to_f32(in[k].v[j]);
-      out.v[j] = from_f32<T>(apply_map(f, v));
+      for (int j = 0; j < kVec; ++j) {
+        float v[NIn];
+#pragma unroll
+        for (int k = 0; k < NIn; ++k) v[k] = to_f32(in[u][k].v[j]);
+        out.v[j] = from_f32<T>(apply_map(f, v));
+      }
+      store_pack(o.y + int64_t(p) * kVec, out);
     }
-    store_pack(o.y + int64_t(p) * kVec, out);
   }
   for (Index i = packs * kVec + Index(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     int64_t off[NIn + 1];
@@ -221,8 +236,9 @@ Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor,
   }
   if (n >= (int64_t(1) << 31)) {
     const auto l = merge_dims<K + 1, uint64_t>(kernel, shape, strides);
-    const int grid = grid_blocks(n, kElementwiseThreads, device.index);
-    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
+    auto k = map_strided_kernel<T, K, F, uint64_t>;
+    const int grid = grid_blocks_for(k, n, kElementwiseThreads, 0, device.index);
+    k<<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint64_t(n), f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
     return y;
   }
@@ -230,12 +246,14 @@ Tensor map_cuda(const char* kernel, const Shape& shape, const std::array<Tensor,
   unsigned splat = 0;
   if (packable(o, l, &splat)) {
     constexpr int kVec = kPack16<T>;
-    const int grid = grid_blocks(n / kVec + 1, kElementwiseThreads, device.index);
-    map_packed_kernel<T, kVec, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), splat, f);
+    auto k = map_packed_kernel<T, kVec, K, F, uint32_t>;
+    const int grid = grid_blocks_for(k, n / kVec + 1, kElementwiseThreads, 0, device.index);
+    k<<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), splat, f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   } else {
-    const int grid = grid_blocks(n, kElementwiseThreads, device.index);
-    map_strided_kernel<T, K><<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
+    auto k = map_strided_kernel<T, K, F, uint32_t>;
+    const int grid = grid_blocks_for(k, n, kElementwiseThreads, 0, device.index);
+    k<<<grid, kElementwiseThreads, 0, stream>>>(o, l, uint32_t(n), f);
     HYB_CUDA_LAUNCH_CHECK(kernel, grid, kElementwiseThreads, 0);
   }
   return y;

@@ -7,7 +7,8 @@
 //           (per 16-byte pack of outputs when the columns are contiguous and aligned), neighbouring
 //           threads on neighbouring columns so loads coalesce.
 // When M alone cannot fill the GPU, R is cut into a fixed number of chunks (from the shape, never the
-// device) whose fp32 partials a second kernel adds in chunk order. Every sum therefore has one fixed
+// device) whose fp32 partials column_sum_kernel (kernels/reduce.cuh) adds in an order fixed by the
+// number of chunks, 32 threads to a column so the partials stream at bandwidth. Every sum has one fixed
 // order whatever the GPU's size: no atomics, the same bits on every run.
 #include <algorithm>
 
@@ -114,17 +115,6 @@ __global__ void __launch_bounds__(kReduceThreads)
   for (int j = 0; j < kVec; ++j) write_sum(y, partial, int64_t(o) + j, int64_t(p.M), acc[j], scale);
 }
 
-// y[o] = scale * sum_s partial[s, o], s in order. Grid-stride over the M outputs.
-template <typename T>
-__global__ void sum_partials_kernel(const float* __restrict__ partial, T* __restrict__ y, int64_t M, int splits,
-                                    float scale) {
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < M; o += int64_t(gridDim.x) * blockDim.x) {
-    float acc = 0.f;
-    for (int s = 0; s < splits; ++s) acc += partial[int64_t(s) * M + o];
-    y[o] = from_f32<T>(acc * scale);
-  }
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // How many chunks R is cut into: enough for `want` chunks in all, each at least `min_chunk` long;
@@ -206,9 +196,9 @@ void launch_sum(const Tensor& x, const std::vector<int64_t>& dims, const Tensor&
     launch(sum_rows_kernel<T, 1, kWarpSize, Index>, "sum_rows_kernel");
   }
   if (splits > 1) {
-    const int g = grid_blocks(M, kReduceThreads, dev);
-    sum_partials_kernel<T><<<g, kReduceThreads, 0, stream>>>(pp, yp, M, splits, s);
-    HYB_CUDA_LAUNCH_CHECK("sum_partials_kernel", g, kReduceThreads, 0);
+    // The splits' partials in a fixed order, many threads per column (kernels/reduce.cuh).
+    column_sum_kernel<T><<<column_sum_blocks(M), column_sum_threads(splits), 0, stream>>>(pp, yp, splits, M, s);
+    HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (sum splits)", column_sum_blocks(M), column_sum_threads(splits), 0);
   }
 }
 

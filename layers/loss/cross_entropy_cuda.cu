@@ -2,12 +2,16 @@
 // forward makes one pass with an online max/sum (fp32) and the argmax; the backward recomputes the
 // softmax from the saved lse and writes dlogits IN PLACE over the saved logits: the logits are not
 // needed after this node and a second (N, V) buffer would be the largest tensor of the step.
+// Both read the row in 16-byte packs where the padded row width and the pointer allow (the columns
+// from the last whole pack below `vocab` up to `vocab` are then read one by one). The forward folds a
+// whole pack into a thread's running (max, sum) with one exp per element and one rescale per new max.
 #include <cfloat>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/vector_io.cuh"
 #include "layers/loss/cross_entropy_op.h"
 
 namespace hyb {
@@ -29,14 +33,47 @@ __device__ __forceinline__ MaxSumArg combine(MaxSumArg a, MaxSumArg b) {
   return {a.m, a.s + sb, a.arg};
 }
 
-template <typename T>
+// Folds values v[0..n) at columns base.. into acc: the pack's max (first index on ties) first, so the
+// running sum is rescaled at most once, then one exp per value.
+template <int N>
+__device__ __forceinline__ void fold(MaxSumArg& acc, const float (&v)[N], int base) {
+  float pm = v[0];
+  int pa = 0;
+#pragma unroll
+  for (int e = 1; e < N; ++e)
+    if (v[e] > pm) {
+      pm = v[e];
+      pa = e;
+    }
+  if (pm > acc.m) {
+    acc.s = acc.m == -FLT_MAX ? 0.f : acc.s * __expf(acc.m - pm);
+    acc.m = pm;
+    acc.arg = base + pa;
+  }
+  float s = 0;
+#pragma unroll
+  for (int e = 0; e < N; ++e) s += __expf(v[e] - acc.m);
+  acc.s += s;
+}
+
+template <typename T, int V>
 __global__ void cross_entropy_forward_kernel(const T* __restrict__ logits, const int32_t* __restrict__ targets,
                                              float* __restrict__ nll, float* __restrict__ lse, int32_t* __restrict__ argmax,
                                              int* __restrict__ bad, int64_t Vp, int64_t vocab, int32_t ignore_index) {
   const int64_t row = blockIdx.x;
   const T* z = logits + row * Vp;
   MaxSumArg acc{-FLT_MAX, 0.f, INT_MAX};
-  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) acc = combine(acc, {to_f32(z[v]), 1.f, int(v)});
+  const int packed_end = int(vocab - vocab % V);
+#pragma unroll 2
+  for (int v = threadIdx.x * V; v < packed_end; v += blockDim.x * V) {
+    float x[V];
+    load_f32(z + v, x);
+    fold(acc, x, v);
+  }
+  for (int v = packed_end + int(threadIdx.x); v < int(vocab); v += blockDim.x) {
+    const float x[1] = {to_f32(z[v])};
+    fold(acc, x, v);
+  }
   __shared__ MaxSumArg s_part[kThreads / kWarpSize];
   for (int off = kWarpSize / 2; off > 0; off /= 2) {
     MaxSumArg o{__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off),
@@ -63,7 +100,7 @@ __global__ void cross_entropy_forward_kernel(const T* __restrict__ logits, const
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void cross_entropy_backward_kernel(T* __restrict__ logits, const int32_t* __restrict__ targets,
                                               const float* __restrict__ lse, int64_t Vp, int64_t vocab,
                                               int32_t ignore_index, float scale) {
@@ -72,10 +109,15 @@ __global__ void cross_entropy_backward_kernel(T* __restrict__ logits, const int3
   const int32_t t = targets[row];
   const bool counted = t != ignore_index;
   const float l = lse[row];
-  for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) {
-    float g = 0.f;
-    if (counted && v < vocab) g = scale * (__expf(to_f32(z[v]) - l) - (v == t ? 1.f : 0.f));
-    z[v] = from_f32<T>(g);
+  for (int v = threadIdx.x * V; v < int(Vp); v += blockDim.x * V) {
+    float x[V], g[V];
+    load_f32(z + v, x);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      g[e] = 0.f;
+      if (counted && v + e < vocab) g[e] = scale * (__expf(x[e] - l) - (v + e == t ? 1.f : 0.f));
+    }
+    store_f32(z + v, g);
   }
 }
 
@@ -92,13 +134,20 @@ CrossEntropyResult cross_entropy_forward_cuda(const Tensor& logits0, const Tenso
   r.lse = Tensor::empty({N}, DType::f32, d);
   r.argmax = Tensor::empty({N}, DType::i32, d);
   Tensor bad = Tensor::zeros({1}, DType::i32, d);
+  HYB_CHECK(Vp < INT32_MAX, "cross_entropy_forward_cuda: rows of ", Vp, " columns exceed the 32-bit column index");
   if (N > 0) {
     visit_cuda_float("cross_entropy_forward_cuda", logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      cross_entropy_forward_kernel<T><<<int(N), kThreads, 0, current_stream(dev)>>>(
-          logits.data<T>(), targets.data<int32_t>(), r.nll.data<float>(), r.lse.data<float>(), r.argmax.data<int32_t>(),
-          bad.data<int32_t>(), Vp, vocab, ignore_index);
-      HYB_CUDA_LAUNCH_CHECK("cross_entropy_forward_kernel", N, kThreads, 0);
+      auto launch = [&](auto kernel) {
+        kernel<<<int(N), kThreads, 0, current_stream(dev)>>>(logits.data<T>(), targets.data<int32_t>(), r.nll.data<float>(),
+                                                             r.lse.data<float>(), r.argmax.data<int32_t>(),
+                                                             bad.data<int32_t>(), Vp, vocab, ignore_index);
+        HYB_CUDA_LAUNCH_CHECK("cross_entropy_forward_kernel", N, kThreads, 0);
+      };
+      if (pack_width<T>(Vp, {logits.data<T>()}) > 1)
+        launch(cross_entropy_forward_kernel<T, kPack16<T>>);
+      else
+        launch(cross_entropy_forward_kernel<T, 1>);
     });
   }
   HYB_CHECK(bad.item() == 0, "cross_entropy: a target is outside [0, ", vocab, ")");
@@ -116,10 +165,16 @@ Tensor cross_entropy_backward_cuda(const CrossEntropySaved& s, double dloss) {
   if (N > 0) {
     visit_cuda_float("cross_entropy_backward_cuda", s.logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      cross_entropy_backward_kernel<T><<<int(N), kThreads, 0, current_stream(dev)>>>(
-          s.logits.data<T>(), targets.data<int32_t>(), s.lse.data<float>(), Vp, s.vocab, s.ignore_index,
-          float(dloss / double(s.count)));
-      HYB_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel", N, kThreads, 0);
+      auto launch = [&](auto kernel) {
+        kernel<<<int(N), kThreads, 0, current_stream(dev)>>>(s.logits.data<T>(), targets.data<int32_t>(),
+                                                             s.lse.data<float>(), Vp, s.vocab, s.ignore_index,
+                                                             float(dloss / double(s.count)));
+        HYB_CUDA_LAUNCH_CHECK("cross_entropy_backward_kernel", N, kThreads, 0);
+      };
+      if (pack_width<T>(Vp, {s.logits.data<T>()}) > 1)
+        launch(cross_entropy_backward_kernel<T, kPack16<T>>);
+      else
+        launch(cross_entropy_backward_kernel<T, 1>);
     });
   }
   return s.logits;

@@ -1,21 +1,28 @@
 // CUDA gated RMSNorm in both orders (gated_rmsnorm_op.h has the equations; mamba2.md 3.6 and
 // gated_deltanet.md 3.7 the backward). One warp per row of Gs channels, as rmsnorm_cuda.cu: rows
 // are a head (GDN, V <= 512) or d_ssm / G channels (Mamba2, a few thousand), so 32 lanes striding
-// the row keep loads coalesced and the reductions are shuffles. Statistics in fp32; rstd is saved
-// in fp32. The gain gradient is summed per block into one fp32 shared row (warps take turns, a fixed
-// order) and the block partials are added in block order by a second kernel: no atomics.
+// the row keep loads coalesced and the reductions are shuffles. Loads and stores move V elements
+// (16-byte packs where Gs and the pointers allow). Statistics in fp32; rstd is saved in fp32.
+// The gain gradient (wrows, Gs) is reduced without atomics: the grid has a multiple of wrows warps,
+// so every row a warp takes uses the same gain row and the warp sums into its own shared (Gs,) row
+// (a lane only touches its own columns: no barriers); the block adds its warps' rows in warp order
+// into one (wrows, Gs) partial, and column_sum_kernel adds the partials in a fixed order. Rows wider
+// than a warp's pack row (Mamba2's) take a block per row instead (backward_rows_kernel below).
 #include <algorithm>
+#include <numeric>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/vector_io.cuh"
 #include "layers/norm/gated_rmsnorm_op.h"
 
 namespace hyb {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // warps per block, one row each
+constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
+constexpr int kMaxRowThreads = 512;  // block-per-row kernels: at most 128 registers a thread
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + __expf(-z)); }
 
@@ -24,7 +31,7 @@ __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + __expf
 // ---------------------------------------------------------------------------------------------
 
 // x, z, y (rows, Gs); w (wrows, Gs), row r uses w row r % wrows; rstd (rows,) fp32.
-template <typename T>
+template <typename T, int V>
 __global__ void gated_rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
                                              T* __restrict__ y, float* __restrict__ rstd, int64_t rows, int Gs,
                                              int64_t wrows, float eps, bool gate_first) {
@@ -32,19 +39,68 @@ __global__ void gated_rmsnorm_forward_kernel(const T* __restrict__ x, const T* _
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const T *xr = x + row * Gs, *zr = z + row * Gs, *wr = w + (row % wrows) * Gs;
+  T* yr = y + row * Gs;
   float ss = 0.f;
-  for (int c = lane; c < Gs; c += kWarpSize) {
-    const float zv = to_f32(zr[c]);
-    const float a = gate_first ? to_f32(xr[c]) * zv * sigmoidf_(zv) : to_f32(xr[c]);
-    ss += a * a;
+  for (int c = lane * V; c < Gs; c += kWarpSize * V) {
+    float xv[V], zv[V];
+    load_f32(xr + c, xv);
+    if (gate_first) load_f32(zr + c, zv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float a = gate_first ? xv[e] * zv[e] * sigmoidf_(zv[e]) : xv[e];
+      ss += a * a;
+    }
   }
   ss = warp_reduce_sum(ss);
   const float rs = rsqrtf(ss / float(Gs) + eps);
   if (lane == 0) rstd[row] = rs;
-  for (int c = lane; c < Gs; c += kWarpSize) {
-    const float zv = to_f32(zr[c]), silu_z = zv * sigmoidf_(zv);
-    const float out = gate_first ? to_f32(xr[c]) * silu_z * rs * to_f32(wr[c]) : to_f32(xr[c]) * rs * to_f32(wr[c]) * silu_z;
-    y[row * Gs + c] = from_f32<T>(out);
+  for (int c = lane * V; c < Gs; c += kWarpSize * V) {
+    float xv[V], zv[V], wv[V], out[V];
+    load_f32(xr + c, xv);
+    load_f32(zr + c, zv);
+    load_f32(wr + c, wv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float silu_z = zv[e] * sigmoidf_(zv[e]);
+      out[e] = gate_first ? xv[e] * silu_z * rs * wv[e] : xv[e] * rs * wv[e] * silu_z;
+    }
+    store_f32(yr + c, out);
+  }
+}
+
+// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements: a block of ceil(Gs / V) threads (rounded to warps)
+// per row, grid-stride; a thread holds one pack of x and z in registers, so each is read once.
+template <typename T, int V>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    gated_rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
+                                      T* __restrict__ y, float* __restrict__ rstd, int64_t rows, int Gs, int64_t wrows,
+                                      float eps, bool gate_first) {
+  const int c = threadIdx.x * V;
+  const bool active = c < Gs;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V], zv[V];
+    float ss = 0.f;
+    if (active) {
+      load_f32(x + row * Gs + c, xv);
+      load_f32(z + row * Gs + c, zv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float a = gate_first ? xv[e] * zv[e] * sigmoidf_(zv[e]) : xv[e];
+        ss += a * a;
+      }
+    }
+    ss = block_reduce_sum(ss);
+    const float rs = rsqrtf(ss / float(Gs) + eps);
+    if (threadIdx.x == 0) rstd[row] = rs;
+    if (!active) continue;
+    float wv[V], out[V];
+    load_f32(w + (row % wrows) * Gs + c, wv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float silu_z = zv[e] * sigmoidf_(zv[e]);
+      out[e] = gate_first ? xv[e] * silu_z * rs * wv[e] : xv[e] * rs * wv[e] * silu_z;
+    }
+    store_f32(y + row * Gs + c, out);
   }
 }
 
@@ -56,76 +112,143 @@ __global__ void gated_rmsnorm_forward_kernel(const T* __restrict__ x, const T* _
 //   dn = r (dnh - nh m) is dL/da (gate first) or dL/dx (norm first);
 //   gate first: dx = dn silu(z), dz = dn x silu'(z), dw += dy nh
 //   norm first: dx = dn, dz = dy nh w silu'(z), dw += dy silu(z) nh
-// Each block walks row groups grid-stride; dw_partial (gridDim.x, wn) fp32, wn = wrows * Gs.
-template <typename T>
+// Warps walk rows grid-stride; gridDim.x * warps is a multiple of wrows (see the file comment).
+// dw_partial (gridDim.x, wrows * Gs) fp32.
+template <typename T, int V>
 __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* __restrict__ z,
                                               const T* __restrict__ w, const T* __restrict__ dy,
                                               const float* __restrict__ rstd, T* __restrict__ dx, T* __restrict__ dz,
                                               float* __restrict__ dw_partial, int64_t rows, int Gs, int64_t wrows,
                                               bool gate_first) {
-  extern __shared__ float s_dw[];  // (wrows * Gs,) this block's dw partial
-  const int64_t wn = wrows * Gs;
-  if (dw_partial) {
-    for (int64_t c = threadIdx.x; c < wn; c += blockDim.x) s_dw[c] = 0.f;
-    __syncthreads();
-  }
+  extern __shared__ float s_dw[];  // (warps, Gs)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  for (int64_t base = int64_t(blockIdx.x) * kRowsPerBlock; base < rows; base += int64_t(gridDim.x) * kRowsPerBlock) {
-    const int64_t row = base + warp;
-    const bool valid = row < rows;
-    const int64_t woff = valid ? (row % wrows) * Gs : 0;
-    if (valid && (dx || dz)) {
-      const T *xr = x + row * Gs, *zr = z + row * Gs, *gr = dy + row * Gs, *wr = w + woff;
-      const float rs = rstd[row];
-      float m = 0.f;
-      for (int c = lane; c < Gs; c += kWarpSize) {
-        const float xv = to_f32(xr[c]), zv = to_f32(zr[c]), sg = sigmoidf_(zv), go = to_f32(gr[c]), wv = to_f32(wr[c]);
-        const float nh = (gate_first ? xv * zv * sg : xv) * rs;
-        const float dnh = gate_first ? go * wv : go * wv * zv * sg;
-        m += dnh * nh;
+  const int warps = blockDim.x / kWarpSize;
+  const int64_t first_row = int64_t(blockIdx.x) * warps + warp;
+  float* my_dw = s_dw + int64_t(warp) * Gs;
+  if (dw_partial)
+    for (int c = lane * V; c < Gs; c += kWarpSize * V)
+#pragma unroll
+      for (int e = 0; e < V; ++e) my_dw[c + e] = 0.f;
+  const T* wr = w + (first_row % wrows) * Gs;  // the same gain row for every row of this warp
+  for (int64_t row = first_row; row < rows; row += int64_t(gridDim.x) * warps) {
+    const T *xr = x + row * Gs, *zr = z + row * Gs, *gr = dy + row * Gs;
+    const float rs = rstd[row];
+    float m = 0.f;
+    if (dx || dz) {
+      for (int c = lane * V; c < Gs; c += kWarpSize * V) {
+        float xv[V], zv[V], go[V], wv[V];
+        load_f32(xr + c, xv);
+        load_f32(zr + c, zv);
+        load_f32(gr + c, go);
+        load_f32(wr + c, wv);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float sg = sigmoidf_(zv[e]);
+          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
+          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
+          m += dnh * nh;
+        }
       }
       m = warp_reduce_sum(m) / float(Gs);
-      for (int c = lane; c < Gs; c += kWarpSize) {
-        const float xv = to_f32(xr[c]), zv = to_f32(zr[c]), sg = sigmoidf_(zv), go = to_f32(gr[c]), wv = to_f32(wr[c]);
-        const float dsilu = sg * (1.f + zv * (1.f - sg));
-        const float nh = (gate_first ? xv * zv * sg : xv) * rs;
-        const float dnh = gate_first ? go * wv : go * wv * zv * sg;
+    }
+    for (int c = lane * V; c < Gs; c += kWarpSize * V) {
+      float xv[V], zv[V], go[V], wv[V], ox[V], oz[V];
+      load_f32(xr + c, xv);
+      load_f32(zr + c, zv);
+      load_f32(gr + c, go);
+      load_f32(wr + c, wv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float sg = sigmoidf_(zv[e]);
+        const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
+        const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
+        const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
         const float dn = rs * (dnh - nh * m);
         if (gate_first) {
-          if (dx) dx[row * Gs + c] = from_f32<T>(dn * zv * sg);
-          if (dz) dz[row * Gs + c] = from_f32<T>(dn * xv * dsilu);
+          ox[e] = dn * zv[e] * sg;
+          oz[e] = dn * xv[e] * dsilu;
         } else {
-          if (dx) dx[row * Gs + c] = from_f32<T>(dn);
-          if (dz) dz[row * Gs + c] = from_f32<T>(go * nh * wv * dsilu);
+          ox[e] = dn;
+          oz[e] = go[e] * nh * wv[e] * dsilu;
         }
+        if (dw_partial) my_dw[c + e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs : go[e] * zv[e] * sg * xv[e] * rs;
       }
-    }
-    if (dw_partial) {
-      for (int k = 0; k < kRowsPerBlock; ++k) {
-        if (k == warp && valid) {
-          const T *xr = x + row * Gs, *zr = z + row * Gs, *gr = dy + row * Gs;
-          const float rs = rstd[row];
-          for (int c = lane; c < Gs; c += kWarpSize) {
-            const float xv = to_f32(xr[c]), zv = to_f32(zr[c]), sg = sigmoidf_(zv), go = to_f32(gr[c]);
-            s_dw[woff + c] += gate_first ? go * xv * zv * sg * rs : go * zv * sg * xv * rs;
-          }
-        }
-        __syncthreads();
-      }
+      if (dx) store_f32(dx + row * Gs + c, ox);
+      if (dz) store_f32(dz + row * Gs + c, oz);
     }
   }
-  if (dw_partial)
-    for (int64_t c = threadIdx.x; c < wn; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * wn + c] = s_dw[c];
+  if (!dw_partial) return;
+  __syncthreads();
+  const int64_t wn = wrows * Gs;
+  for (int64_t i = threadIdx.x; i < wn; i += blockDim.x) {
+    const int64_t r = i / Gs, c = i - r * Gs;
+    float s = 0.f;
+    for (int k = 0; k < warps; ++k)
+      if ((int64_t(blockIdx.x) * warps + k) % wrows == r) s += s_dw[int64_t(k) * Gs + c];
+    dw_partial[int64_t(blockIdx.x) * wn + i] = s;
+  }
 }
 
-template <typename T>
-__global__ void gated_rmsnorm_dw_reduce_kernel(const float* __restrict__ partial, T* __restrict__ dw, int blocks,
-                                               int64_t wn) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= wn) return;
-  float s = 0.f;
-  for (int b = 0; b < blocks; ++b) s += partial[int64_t(b) * wn + c];
-  dw[c] = from_f32<T>(s);
+// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements (Mamba2's d_ssm / G): a block of ceil(Gs / V)
+// threads (rounded to warps) per row, each holding one pack of every stream in registers (one read),
+// m by a block reduction, and its columns' dw in registers across the block's rows. gridDim.x is a
+// multiple of wrows, so block b's rows all use gain row b % wrows; its dw goes to row b / wrows,
+// columns (b % wrows) * Gs.. of dw_partial, a (gridDim.x / wrows, wrows * Gs) matrix.
+template <typename T, int V>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    gated_rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
+                                       const T* __restrict__ dy, const float* __restrict__ rstd, T* __restrict__ dx,
+                                       T* __restrict__ dz, float* __restrict__ dw_partial, int64_t rows, int Gs,
+                                       int64_t wrows, bool gate_first) {
+  const int c = threadIdx.x * V;
+  const bool active = c < Gs;
+  const int64_t wrow = blockIdx.x % wrows;
+  float wv[V], dw[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) wv[e] = dw[e] = 0.f;
+  if (active) load_f32(w + wrow * Gs + c, wv);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V], zv[V], go[V];
+    if (active) {
+      load_f32(x + row * Gs + c, xv);
+      load_f32(z + row * Gs + c, zv);
+      load_f32(dy + row * Gs + c, go);
+    }
+    const float rs = rstd[row];
+    float m = 0.f;
+    if (dx || dz) {
+      if (active)
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float sg = sigmoidf_(zv[e]);
+          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
+          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
+          m += dnh * nh;
+        }
+      m = block_reduce_sum(m) / float(Gs);
+    }
+    if (!active) continue;
+    float ox[V], oz[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float sg = sigmoidf_(zv[e]);
+      const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
+      const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
+      const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
+      const float dn = rs * (dnh - nh * m);
+      if (gate_first) {
+        ox[e] = dn * zv[e] * sg;
+        oz[e] = dn * xv[e] * dsilu;
+      } else {
+        ox[e] = dn;
+        oz[e] = go[e] * nh * wv[e] * dsilu;
+      }
+      dw[e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs : go[e] * zv[e] * sg * xv[e] * rs;
+    }
+    if (dx) store_f32(dx + row * Gs + c, ox);
+    if (dz) store_f32(dz + row * Gs + c, oz);
+  }
+  if (dw_partial && active) store_f32(dw_partial + (blockIdx.x / wrows) * (wrows * Gs) + wrow * Gs + c, dw);
 }
 
 }  // namespace
@@ -142,10 +265,27 @@ Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tens
     const int blocks = int((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     visit_cuda_float("gated_rmsnorm_forward_cuda", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      gated_rmsnorm_forward_kernel<T><<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
-          x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, Gs, wrows, float(eps),
-          order == GatedNormOrder::gate_then_norm);
-      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
+            x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, Gs, wrows, float(eps),
+            order == GatedNormOrder::gate_then_norm);
+        HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
+      };
+      constexpr int P = kPack16<T>;
+      const bool packed = pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>()}) > 1;
+      if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
+        const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
+        auto kernel = gated_rmsnorm_forward_rows_kernel<T, P>;
+        const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
+        kernel<<<grid, row_threads, 0, current_stream(dev)>>>(
+            x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, Gs, wrows, float(eps),
+            order == GatedNormOrder::gate_then_norm);
+        HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_rows_kernel", grid, row_threads, 0);
+      } else if (packed) {
+        launch(gated_rmsnorm_forward_kernel<T, P>);
+      } else {
+        launch(gated_rmsnorm_forward_kernel<T, 1>);
+      }
     });
   }
   if (rstd_out) *rstd_out = rstd;
@@ -167,26 +307,63 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
     if (needed[2]) g.dw = Tensor::zeros(w.shape(), w.dtype(), w.device());
     return g;
   }
-  const int blocks = grid_blocks((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1, dev);
-  const size_t smem = needed[2] ? size_t(wn) * sizeof(float) : 0;
-  HYB_CHECK(smem <= 48 * 1024, "gated_rmsnorm_backward_cuda: the weight has ", wn,
-            " elements; the block's shared dw partial holds at most 12288");
-  Tensor partial;
-  if (needed[2]) partial = Tensor::empty({blocks, wn}, DType::f32, x.device());
+  // One shared fp32 (Gs,) row per warp: as many warps (up to 8) as 48 KiB holds.
+  constexpr size_t kSmemCap = 48 * 1024;
+  const size_t row_bytes = size_t(Gs) * sizeof(float);
+  HYB_CHECK(!needed[2] || row_bytes <= kSmemCap, "gated_rmsnorm_backward_cuda: groups of ", Gs,
+            " channels exceed the 12288-wide shared dw row");
+  const int warps = needed[2] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
+  const int threads = warps * kWarpSize;
+  const size_t smem = needed[2] ? size_t(warps) * row_bytes : 0;
+  const bool gate_first = s.order == GatedNormOrder::gate_then_norm;
   visit_cuda_float("gated_rmsnorm_backward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    gated_rmsnorm_backward_kernel<T><<<blocks, kRowsPerBlock * kWarpSize, smem, current_stream(dev)>>>(
-        x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(), rstd.data<float>(), needed[0] ? g.dx.data<T>() : nullptr,
-        needed[1] ? g.dz.data<T>() : nullptr, needed[2] ? partial.data<float>() : nullptr, rows, Gs, wrows,
-        s.order == GatedNormOrder::gate_then_norm);
-    HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_kernel", blocks, kRowsPerBlock * kWarpSize, smem);
-    if (needed[2]) {
+    T* dx = needed[0] ? g.dx.data<T>() : nullptr;
+    T* dz = needed[1] ? g.dz.data<T>() : nullptr;
+    const bool packed = pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(), dx, dz}) > 1;
+    constexpr int P = kPack16<T>;
+    // Enough blocks to fill every SM at the kernel's occupancy, rounded up to a multiple of `unit`.
+    auto grid_for = [&](auto kernel, int threads, size_t smem, int64_t want, int64_t unit) {
+      const int64_t fill = grid_blocks_for(kernel, want * threads, threads, smem, dev);
+      return int((fill + unit - 1) / unit * unit);
+    };
+    auto reduce_dw = [&](const Tensor& partial, int partial_rows) {
       g.dw = Tensor::empty(w.shape(), w.dtype(), w.device());
-      const int br = int((wn + 255) / 256);
-      gated_rmsnorm_dw_reduce_kernel<T><<<br, 256, 0, current_stream(dev)>>>(partial.data<float>(), g.dw.data<T>(),
-                                                                            blocks, wn);
-      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_dw_reduce_kernel", br, 256, 0);
+      column_sum_kernel<T><<<column_sum_blocks(wn), column_sum_threads(partial_rows), 0, current_stream(dev)>>>(
+          partial.data<float>(), g.dw.data<T>(), partial_rows, wn, 1.f);
+      HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
+    };
+    if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
+      const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
+      auto kernel = gated_rmsnorm_backward_rows_kernel<T, P>;
+      const int blocks = grid_for(kernel, row_threads, 0, rows, wrows);
+      Tensor partial;
+      if (needed[2]) partial = Tensor::empty({blocks / wrows, wn}, DType::f32, x.device());
+      kernel<<<blocks, row_threads, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
+                                                              rstd.data<float>(), dx, dz,
+                                                              needed[2] ? partial.data<float>() : nullptr, rows, Gs,
+                                                              wrows, gate_first);
+      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_rows_kernel", blocks, row_threads, 0);
+      if (needed[2]) reduce_dw(partial, int(blocks / wrows));
+      return;
     }
+    auto launch = [&](auto kernel) {
+      // The grid's warps a multiple of wrows: each warp then keeps one gain row.
+      const int blocks = grid_for(kernel, threads, smem, (rows + warps - 1) / warps,
+                                  wrows / std::gcd(wrows, int64_t(warps)));
+      Tensor partial;
+      if (needed[2]) partial = Tensor::empty({blocks, wn}, DType::f32, x.device());
+      kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
+                                                             rstd.data<float>(), dx, dz,
+                                                             needed[2] ? partial.data<float>() : nullptr, rows, Gs, wrows,
+                                                             gate_first);
+      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_kernel", blocks, threads, smem);
+      if (needed[2]) reduce_dw(partial, blocks);
+    };
+    if (packed)
+      launch(gated_rmsnorm_backward_kernel<T, P>);
+    else
+      launch(gated_rmsnorm_backward_kernel<T, 1>);
   });
   return g;
 }

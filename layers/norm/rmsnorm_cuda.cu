@@ -1,78 +1,299 @@
 // CUDA RMSNorm (rmsnorm_op.h has the math). One warp per row: rows are d_model wide (<= a few
 // thousand), so 32 lanes striding the row keep loads coalesced and the reduction is shuffles only.
-// Statistics in fp32. The weight gradient is reduced deterministically: each block sums its rows
-// into one fp32 partial row, then a second kernel adds the partials in block order.
+// Loads and stores move V elements at a time (16-byte packs when the row width and pointers allow,
+// kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: a
+// warp sums dy * xhat of its rows per column (in registers when a packed row fits 4 packs a lane,
+// else in its own shared fp32 row; a lane only ever touches its own columns, so no barrier is
+// needed), the block adds its warps' sums in warp order into one partial row, and
+// column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order. Packed rows wider than
+// 4 packs a lane take a block per row instead, with every value in registers.
+#include <algorithm>
+
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/vector_io.cuh"
 #include "layers/norm/rmsnorm_op.h"
 
 namespace hyb {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // warps per block, one row each
+constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
+constexpr int kMaxRowThreads = 512;  // block-per-row kernels: at most 128 registers a thread
 
-template <typename T>
+template <typename T, int V>
 __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                        float* __restrict__ rstd, int64_t rows, int C, float eps) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const T* xr = x + row * C;
+  T* yr = y + row * C;
   float ss = 0;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float v = to_f32(xr[c]);
-    ss += v * v;
+  for (int c = lane * V; c < C; c += kWarpSize * V) {
+    float xv[V];
+    load_f32(xr + c, xv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss += xv[j] * xv[j];
   }
   ss = warp_reduce_sum(ss);
   const float rs = rsqrtf(ss / float(C) + eps);
   if (lane == 0 && rstd) rstd[row] = rs;
-  for (int c = lane; c < C; c += kWarpSize) y[row * C + c] = from_f32<T>(to_f32(w[c]) * (to_f32(xr[c]) * rs));
+  for (int c = lane * V; c < C; c += kWarpSize * V) {
+    float xv[V], wv[V], yv[V];
+    load_f32(xr + c, xv);
+    load_f32(w + c, wv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[j] * rs);
+    store_f32(yr + c, yv);
+  }
 }
 
-// dx per row; dw: each block walks row groups grid-stride and sums dy * xhat of its rows into one
-// shared fp32 row (warps take turns, a fixed order), written out as the block's partial.
-template <typename T>
+// The same forward for rows of at most 32 * V * kIters elements: the lane's packs of x stay in
+// registers between the two passes.
+template <typename T, int V, int kIters>
+__global__ void rmsnorm_forward_cached_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                              float* __restrict__ rstd, int64_t rows, int C, float eps) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const T* xr = x + row * C;
+  T* yr = y + row * C;
+  float xv[kIters][V];
+  float ss = 0;
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (k * kWarpSize + lane) * V;
+    if (c < C) {
+      load_f32(xr + c, xv[k]);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += xv[k][j] * xv[k][j];
+    }
+  }
+  ss = warp_reduce_sum(ss);
+  const float rs = rsqrtf(ss / float(C) + eps);
+  if (lane == 0 && rstd) rstd[row] = rs;
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = (k * kWarpSize + lane) * V;
+    if (c < C) {
+      float wv[V], yv[V];
+      load_f32(w + c, wv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[k][j] * rs);
+      store_f32(yr + c, yv);
+    }
+  }
+}
+
+// dx per row (warp per row, rows grid-stride); dw into the warp's shared row s_dw[warp * C ...], then
+// summed over the block's warps in warp order into dw_partial[blockIdx.x].
+template <typename T, int V>
 __global__ void rmsnorm_backward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
                                         const float* __restrict__ rstd, T* __restrict__ dx,
                                         float* __restrict__ dw_partial, int64_t rows, int C) {
-  extern __shared__ float s_dw[];  // (C,) this block's dw partial
-  for (int c = threadIdx.x; c < C; c += blockDim.x) s_dw[c] = 0;
-  __syncthreads();
+  extern __shared__ float s_dw[];  // (warps, C)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  for (int64_t base = int64_t(blockIdx.x) * kRowsPerBlock; base < rows; base += int64_t(gridDim.x) * kRowsPerBlock) {
-    const int64_t row = base + warp;
-    const bool valid = row < rows;
+  const int warps = blockDim.x / kWarpSize;
+  float* my_dw = s_dw + int64_t(warp) * C;
+  if (dw_partial)
+    for (int c = lane * V; c < C; c += kWarpSize * V)
+#pragma unroll
+      for (int j = 0; j < V; ++j) my_dw[c + j] = 0.f;
+  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < rows; row += int64_t(gridDim.x) * warps) {
     const T* xr = x + row * C;
     const T* gr = dy + row * C;
-    const float rs = valid ? rstd[row] : 0.f;
-    if (valid && dx) {
+    const float rs = rstd[row];
+    if (dx) {
       float m = 0;
-      for (int c = lane; c < C; c += kWarpSize) m += to_f32(gr[c]) * to_f32(w[c]) * to_f32(xr[c]) * rs;
+      for (int c = lane * V; c < C; c += kWarpSize * V) {
+        float xv[V], gv[V], wv[V];
+        load_f32(xr + c, xv);
+        load_f32(gr + c, gv);
+        load_f32(w + c, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m += gv[j] * wv[j] * xv[j] * rs;
+      }
       m = warp_reduce_sum(m) / float(C);
-      for (int c = lane; c < C; c += kWarpSize)
-        dx[row * C + c] = from_f32<T>(rs * (to_f32(gr[c]) * to_f32(w[c]) - to_f32(xr[c]) * rs * m));
-    }
-    if (dw_partial) {
-      for (int k = 0; k < kRowsPerBlock; ++k) {
-        if (k == warp && valid)
-          for (int c = lane; c < C; c += kWarpSize) s_dw[c] += to_f32(gr[c]) * to_f32(xr[c]) * rs;
-        __syncthreads();
+      T* dxr = dx + row * C;
+      for (int c = lane * V; c < C; c += kWarpSize * V) {
+        float xv[V], gv[V], wv[V], out[V];
+        load_f32(xr + c, xv);
+        load_f32(gr + c, gv);
+        load_f32(w + c, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          out[j] = rs * (gv[j] * wv[j] - xv[j] * rs * m);
+          if (dw_partial) my_dw[c + j] += gv[j] * xv[j] * rs;
+        }
+        store_f32(dxr + c, out);
+      }
+    } else if (dw_partial) {
+      for (int c = lane * V; c < C; c += kWarpSize * V) {
+        float xv[V], gv[V];
+        load_f32(xr + c, xv);
+        load_f32(gr + c, gv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) my_dw[c + j] += gv[j] * xv[j] * rs;
       }
     }
   }
-  if (dw_partial)
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
+  if (!dw_partial) return;
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0;
+    for (int k = 0; k < warps; ++k) s += s_dw[int64_t(k) * C + c];
+    dw_partial[int64_t(blockIdx.x) * C + c] = s;
+  }
 }
 
-template <typename T>
-__global__ void rmsnorm_dw_reduce_kernel(const float* __restrict__ partial, T* __restrict__ dw, int blocks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0;
-  for (int b = 0; b < blocks; ++b) s += partial[int64_t(b) * C + c];
-  dw[c] = from_f32<T>(s);
+// The same backward for rows of at most 32 * V * kIters elements: a lane holds its kIters packs of x
+// and dy in registers (one read of each) and its columns' dw sums in registers across all its rows;
+// the block then adds its warps' sums in warp order through one shared row (8 barriers per block, at
+// the end). Lane columns: (k * 32 + lane) * V for k < kIters, where below C.
+template <typename T, int V, int kIters>
+__global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                               const T* __restrict__ dy, const float* __restrict__ rstd,
+                                               T* __restrict__ dx, float* __restrict__ dw_partial, int64_t rows, int C) {
+  extern __shared__ float s_dw[];  // (C,)
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  float dw[kIters][V];
+#pragma unroll
+  for (int k = 0; k < kIters; ++k)
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[k][j] = 0.f;
+  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < rows; row += int64_t(gridDim.x) * warps) {
+    const T* xr = x + row * C;
+    const T* gr = dy + row * C;
+    const float rs = rstd[row];
+    float xv[kIters][V], gv[kIters][V];
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int c = (k * kWarpSize + lane) * V;
+      if (c < C) {
+        load_f32(xr + c, xv[k]);
+        load_f32(gr + c, gv[k]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) xv[k][j] = gv[k][j] = 0.f;
+      }
+    }
+    if (dx) {
+      float m = 0;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int c = (k * kWarpSize + lane) * V;
+        if (c < C) {
+          float wv[V];
+          load_f32(w + c, wv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) m += gv[k][j] * wv[j] * xv[k][j] * rs;
+        }
+      }
+      m = warp_reduce_sum(m) / float(C);
+      T* dxr = dx + row * C;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int c = (k * kWarpSize + lane) * V;
+        if (c < C) {
+          float wv[V], out[V];
+          load_f32(w + c, wv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) out[j] = rs * (gv[k][j] * wv[j] - xv[k][j] * rs * m);
+          store_f32(dxr + c, out);
+        }
+      }
+    }
+    if (dw_partial)
+#pragma unroll
+      for (int k = 0; k < kIters; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j) dw[k][j] += gv[k][j] * xv[k][j] * rs;
+  }
+  if (!dw_partial) return;
+  for (int k = 0; k < warps; ++k) {
+    if (warp == k)
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const int c = (i * kWarpSize + lane) * V;
+        if (c < C)
+#pragma unroll
+          for (int j = 0; j < V; ++j) s_dw[c + j] = k == 0 ? dw[i][j] : s_dw[c + j] + dw[i][j];
+      }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
+}
+
+// Rows wider than a warp's 4 packs (d_model 2048 and up, to kMaxRowThreads packs): a block of
+// ceil(C / V) threads (rounded to warps) per row, grid-stride, each thread holding one pack of every
+// stream in registers (one read of x and dy), the row statistics by block reductions, and its
+// columns' dw in registers across the block's rows, written as the block's partial row.
+template <typename T, int V>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                float* __restrict__ rstd, int64_t rows, int C, float eps) {
+  const int c = threadIdx.x * V;
+  const bool active = c < C;
+  float wv[V];
+  if (active) load_f32(w + c, wv);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V];
+    float ss = 0.f;
+    if (active) {
+      load_f32(x + row * C + c, xv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += xv[j] * xv[j];
+    }
+    ss = block_reduce_sum(ss);
+    const float rs = rsqrtf(ss / float(C) + eps);
+    if (threadIdx.x == 0 && rstd) rstd[row] = rs;
+    if (!active) continue;
+    float yv[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[j] * rs);
+    store_f32(y + row * C + c, yv);
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
+                                 const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ dw_partial,
+                                 int64_t rows, int C) {
+  const int c = threadIdx.x * V;
+  const bool active = c < C;
+  float wv[V], dw[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) wv[j] = dw[j] = 0.f;
+  if (active) load_f32(w + c, wv);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float xv[V], gv[V];
+    if (active) {
+      load_f32(x + row * C + c, xv);
+      load_f32(dy + row * C + c, gv);
+    }
+    const float rs = rstd[row];
+    if (dx) {
+      float m = 0.f;
+      if (active)
+#pragma unroll
+        for (int j = 0; j < V; ++j) m += gv[j] * wv[j] * xv[j] * rs;
+      m = block_reduce_sum(m) / float(C);
+      if (active) {
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = rs * (gv[j] * wv[j] - xv[j] * rs * m);
+        store_f32(dx + row * C + c, out);
+      }
+    }
+    if (active)
+#pragma unroll
+      for (int j = 0; j < V; ++j) dw[j] += gv[j] * xv[j] * rs;
+  }
+  if (dw_partial && active) store_f32(dw_partial + int64_t(blockIdx.x) * C + c, dw);
 }
 
 }  // namespace
@@ -87,11 +308,36 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows}, DType::f32, x.device());
   const int blocks = int((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (rows == 0) {
+    if (rstd_out) *rstd_out = rstd;
+    return y;
+  }
   visit_cuda_float("rmsnorm_forward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_forward_kernel<T><<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(
-        x.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, C, float(eps));
-    HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, kRowsPerBlock * kWarpSize, 0, current_stream(dev)>>>(x.data<T>(), w.data<T>(), y.data<T>(),
+                                                                          rstd.data<float>(), rows, C, float(eps));
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel", blocks, kRowsPerBlock * kWarpSize, 0);
+    };
+    constexpr int P = kPack16<T>;
+    const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), y.data<T>()}) > 1;
+    if (packed && C <= kWarpSize * P)
+      launch(rmsnorm_forward_cached_kernel<T, P, 1>);
+    else if (packed && C <= 2 * kWarpSize * P)
+      launch(rmsnorm_forward_cached_kernel<T, P, 2>);
+    else if (packed && C <= 4 * kWarpSize * P)
+      launch(rmsnorm_forward_cached_kernel<T, P, 4>);
+    else if (packed && C <= kMaxRowThreads * P) {
+      const int row_threads = (C / P + kWarpSize - 1) / kWarpSize * kWarpSize;
+      auto kernel = rmsnorm_forward_rows_kernel<T, P>;
+      const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
+      kernel<<<grid, row_threads, 0, current_stream(dev)>>>(x.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(),
+                                                            rows, C, float(eps));
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_rows_kernel", grid, row_threads, 0);
+    } else if (packed)
+      launch(rmsnorm_forward_kernel<T, P>);
+    else
+      launch(rmsnorm_forward_kernel<T, 1>);
   });
   if (rstd_out) *rstd_out = rstd;
   return y;
@@ -102,24 +348,58 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
   const int C = int(x.size(-1));
   const int64_t rows = x.numel() / std::max(C, 1);
   const int dev = x.device().index;
-  const int blocks = grid_blocks((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1, dev);
   RmsNormGrads g;
   if (needed[0]) g.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor partial;
-  if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
-  const size_t smem = size_t(C) * sizeof(float);
-  HYB_CHECK(smem <= 48 * 1024, "rmsnorm_backward_cuda: rows of ", C, " exceed the 12288-wide shared-memory row");
+  if (needed[1]) g.dw = Tensor::empty({C}, w.dtype(), x.device());
+  if (rows == 0 || C == 0) {
+    if (needed[1]) g.dw.zero_();
+    return g;
+  }
+  constexpr size_t kSmemCap = 48 * 1024;
+  const size_t row_bytes = size_t(C) * sizeof(float);
+  HYB_CHECK(!needed[1] || row_bytes <= kSmemCap, "rmsnorm_backward_cuda: rows of ", C,
+            " exceed the 12288-wide shared-memory row");
   visit_cuda_float("rmsnorm_backward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_backward_kernel<T><<<blocks, kRowsPerBlock * kWarpSize, smem, current_stream(dev)>>>(
-        x.data<T>(), w.data<T>(), dy.data<T>(), s.rstd.data<float>(), needed[0] ? g.dx.data<T>() : nullptr,
-        needed[1] ? partial.data<float>() : nullptr, rows, C);
-    HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, kRowsPerBlock * kWarpSize, smem);
-    if (needed[1]) {
-      g.dw = Tensor::empty({C}, w.dtype(), x.device());
-      rmsnorm_dw_reduce_kernel<T><<<(C + 255) / 256, 256, 0, current_stream(dev)>>>(partial.data<float>(),
-                                                                                    g.dw.data<T>(), blocks, C);
-      HYB_CUDA_LAUNCH_CHECK("rmsnorm_dw_reduce_kernel", (C + 255) / 256, 256, 0);
+    T* dx = needed[0] ? g.dx.data<T>() : nullptr;
+    // `rows_per_block` rows in flight per block: its warps (a row each), or 1 for a block per row.
+    auto launch = [&](auto kernel, int warps, int rows_per_block, size_t smem) {
+      // Enough blocks to fill every SM at the occupancy the kernel allows, and no more: each block
+      // adds one partial row for the reduction to read.
+      const int threads = warps * kWarpSize;
+      const int blocks =
+          grid_blocks_for(kernel, (rows + rows_per_block - 1) / rows_per_block * threads, threads, smem, dev);
+      Tensor partial;
+      if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
+      kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), w.data<T>(), dy.data<T>(),
+                                                             s.rstd.data<float>(), dx,
+                                                             needed[1] ? partial.data<float>() : nullptr, rows, C);
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, threads, smem);
+      if (needed[1]) {
+        column_sum_kernel<T><<<column_sum_blocks(C), column_sum_threads(blocks), 0, current_stream(dev)>>>(
+            partial.data<float>(), g.dw.data<T>(), blocks, C, 1.f);
+        HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (rmsnorm dw)", column_sum_blocks(C), column_sum_threads(blocks), 0);
+      }
+    };
+    constexpr int P = kPack16<T>;
+    const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1;
+    const size_t cached_smem = needed[1] ? row_bytes : 0;
+    if (packed && C <= kWarpSize * P) {
+      launch(rmsnorm_backward_cached_kernel<T, P, 1>, 8, 8, cached_smem);
+    } else if (packed && C <= 2 * kWarpSize * P) {
+      launch(rmsnorm_backward_cached_kernel<T, P, 2>, 8, 8, cached_smem);
+    } else if (packed && C <= 4 * kWarpSize * P) {
+      launch(rmsnorm_backward_cached_kernel<T, P, 4>, 8, 8, cached_smem);
+    } else if (packed && C <= kMaxRowThreads * P) {
+      launch(rmsnorm_backward_rows_kernel<T, P>, (C / P + kWarpSize - 1) / kWarpSize, 1, 0);
+    } else {
+      // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
+      const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
+      const size_t smem = needed[1] ? size_t(warps) * row_bytes : 0;
+      if (packed)
+        launch(rmsnorm_backward_kernel<T, P>, warps, warps, smem);
+      else
+        launch(rmsnorm_backward_kernel<T, 1>, warps, warps, smem);
     }
   });
   return g;

@@ -8,10 +8,27 @@
 using namespace hyb;
 
 TEST_CASE("rmsnorm on cuda matches the cpu reference, output and both gradients", "[rmsnorm][gpu]") {
-  for (int64_t C : {7, 64, 768, 1000}) {
+  // 7: scalar; 64 to 1000: a warp per row with the row in registers (f32 768, 1000, 1004: a warp with
+  // the row re-read); 1004: packed for f32 only; 2056: a block per row in bf16, the last warp partly
+  // idle (f32: 514 packs, past a block's 512, a warp per row again); 4100 (f32) and 8200 (bf16) too.
+  for (int64_t C : {7, 64, 768, 1000, 1004, 2056, 4100, 8200}) {
     DYNAMIC_SECTION("rows 333 C " << C) {
       auto r = cuda_parity([](const std::vector<Var>& x) { return std::vector<Var>{rmsnorm(x[0], x[1], 1e-5)}; },
                            {random_tensor({3, 111, C}, 1, DType::f64, 2.0), random_tensor({C}, 2, DType::f64, 0.3, 1.0)});
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+// More rows than the backward keeps in flight, so each warp (or block, for 1032 columns: a block per
+// row) sums several rows into its dw sums, and the cross-block reduction has more than 32 partials
+// per column; odd row counts.
+TEST_CASE("rmsnorm on cuda: many rows, weight gradient over grid-stride rows", "[rmsnorm][gpu]") {
+  for (auto [rows, C] : {std::pair<int64_t, int64_t>{20001, 24}, {20001, 40}, {5001, 1032}}) {
+    DYNAMIC_SECTION("rows " << rows << " C " << C) {
+      auto r = cuda_parity([](const std::vector<Var>& x) { return std::vector<Var>{rmsnorm(x[0], x[1], 1e-5)}; },
+                           {random_tensor({rows, C}, 4, DType::f64, 2.0), random_tensor({C}, 5, DType::f64, 0.3, 1.0)});
       INFO(r.report);
       REQUIRE(r.ok);
     }
