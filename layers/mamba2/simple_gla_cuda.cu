@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -464,8 +466,13 @@ size_t backward_smem(int hpg) {
 }
 
 int max_smem(int device) {
-  int v = 0;
-  HYB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  static std::array<std::atomic<int>, 64> cache{};  // 0: not asked yet
+  HYB_CHECK(device >= 0 && device < int(cache.size()), "simple_gla: device index ", device, " out of range");
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    HYB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cache[device].store(v, std::memory_order_relaxed);
+  }
   return v;
 }
 
@@ -518,14 +525,19 @@ Scan run_scan(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& S
 
 bool aligned16(const Tensor& t) { return is_aligned(t.raw_data(), 16); }
 
+// The kernels read rows with 16-byte loads: a contiguous tensor with a 16-byte aligned base (a view
+// at an odd offset, Mamba2's split of x B C for instance, is copied).
+Tensor rows16(const Tensor& t) {
+  Tensor c = t.contiguous();
+  return aligned16(c) ? c : c.clone();
+}
+
 }  // namespace
 
 bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
                                 int64_t hpg) {
   if (!q.is_cuda() || q.dtype() != DType::bf16 || T < 1) return false;
   if (K > 128 || V > 128 || K % 8 != 0 || V % 8 != 0) return false;
-  if (!q.is_contiguous() || !k.is_contiguous() || !v.is_contiguous()) return false;
-  if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return false;
   size_t need = 0;
   visit_tiles(K, V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
@@ -534,9 +546,10 @@ bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& 
   return need <= size_t(max_smem(q.device().index));
 }
 
-SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g0,
+SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g0,
                                           const Tensor& S00, double scale) {
-  const SimpleGlaDims sd = simple_gla_dims("simple_gla_forward", q, k, v, g0, S00);
+  const SimpleGlaDims sd = simple_gla_dims("simple_gla_forward", q0, k0, v0, g0, S00);
+  const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0);
   const Tensor g = g0.contiguous(), S0 = S00.defined() ? S00.contiguous() : Tensor();
   const Device dev = q.device();
   const ChunkDims cd = chunk_dims(sd.B, sd.T, sd.H, dev);
@@ -562,8 +575,8 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
                                          GradMask needed) {
   const SimpleGlaDims sd = simple_gla_dims("simple_gla_backward", sv.q, sv.k, sv.v, sv.g, sv.S0);
   const Tensor g = sv.g.contiguous(), S0 = sv.S0.defined() ? sv.S0.contiguous() : Tensor();
-  const Tensor dout = dout0.contiguous(), dfinal = dfinal0.defined() ? dfinal0.contiguous() : Tensor();
-  HYB_CHECK(aligned16(dout), "simple_gla_backward: dout must be 16-byte aligned for the fused CUDA path");
+  const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
+  const Tensor dfinal = dfinal0.defined() ? dfinal0.contiguous() : Tensor();
   const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(sd.K));
   const Device dev = sv.q.device();
   const ChunkDims cd = chunk_dims(sd.B, sd.T, sd.H, dev);
@@ -575,15 +588,15 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
   if (needed[1]) out.dk = Tensor::empty(sv.k.shape(), DType::bf16, dev);
   if (needed[2]) out.dv = Tensor::empty(sv.v.shape(), DType::bf16, dev);
   if (needed[3]) out.dg = Tensor::empty(g.shape(), DType::f32, dev);
-  const Scan s = run_scan(sv.k, sv.v, g, S0, cd, d, stream);  // B1
+  const Scan s = run_scan(k, v, g, S0, cd, d, stream);  // B1
 
   ChunkBuffer D(cd, cd.NC + 1, d.K, d.V);  // B2: afterwards slot c + 1 = D_c, slot 0 = dS0
-  launch_outer(sv.q, d.hpg, dout, s.gates.gam.p(), D, 0, float(scale), d, stream);
+  launch_outer(q, d.hpg, dout, s.gates.gam.p(), D, 0, float(scale), d, stream);
   chunk_slot_load(D, cd.NC, dfinal);
   chunk_state_scan(D, s.gates.Glast, true, cd);
 
   if (needed[0] || needed[1] || needed[2] || needed[3]) {
-    BackwardArgs a{bp(sv.q), bp(sv.k), bp(sv.v), bp(dout), s.gates.G.p(), s.gates.gam.p(), s.gates.kd.p(),
+    BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), s.gates.G.p(), s.gates.gam.p(), s.gates.kd.p(),
                    s.states.data(), D.data(), bp_mut(out.dq), bp_mut(out.dk), bp_mut(out.dv),
                    out.dg.defined() ? out.dg.data<float>() : nullptr, float(scale)};
     visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
