@@ -91,40 +91,65 @@ __device__ __forceinline__ int frag_col(int lane, int e) { return (lane % 4) * 2
 
 // Rows t0 .. t0 + 63 of one head of a (B, T, heads, D) bf16 tensor into a [64][DT + 8] tile, times
 // rowscale[r] when given; rows >= T and columns >= D are zero. D % 8 == 0 and 16-byte aligned rows.
+// The trip count is a constant so that every thread's loads are issued before the first store.
 template <int DT>
 __device__ __forceinline__ void load_rows(bf16x* s, const bf16x* head, int64_t row_stride, int t0, int T, int D,
                                           const float* rowscale) {
-  constexpr int kVec = DT / 8;
-  for (int x = threadIdx.x; x < kC * kVec; x += kThreads) {
-    const int r = x / kVec, c8 = (x % kVec) * 8;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (t0 + r < T && c8 < D) {
-      val = *reinterpret_cast<const uint4*>(head + int64_t(t0 + r) * row_stride + c8);
-      if (rowscale) {
-        __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&val);
-        const float f = rowscale[r];
+  constexpr int kVec = DT / 8, kIters = kC * kVec / kThreads;
+  static_assert(kC * kVec % kThreads == 0, "the tile splits evenly over the threads");
+  uint4 val[kIters];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 v = __bfloat1622float2(p[e]);
-          p[e] = __floats2bfloat162_rn(v.x * f, v.y * f);
-        }
+  for (int it = 0; it < kIters; ++it) {
+    const int x = it * kThreads + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
+    val[it] = make_uint4(0, 0, 0, 0);
+    if (t0 + r < T && c8 < D) val[it] = *reinterpret_cast<const uint4*>(head + int64_t(t0 + r) * row_stride + c8);
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int x = it * kThreads + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
+    if (rowscale) {
+      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&val[it]);
+      const float f = rowscale[r];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 v = __bfloat1622float2(p[e]);
+        p[e] = __floats2bfloat162_rn(v.x * f, v.y * f);
       }
     }
-    *reinterpret_cast<uint4*>(s + r * (DT + 8) + c8) = val;
+    *reinterpret_cast<uint4*>(s + r * (DT + 8) + c8) = val[it];
   }
 }
 
-// An fp32 (K, V) state into a bf16 [KT][VT + 8] tile, zero outside K x V; V % 8 == 0.
+// An fp32 (K, V) state into a bf16 [KT][VT + 8] tile, zero outside K x V; V % 8 == 0. With dot_with
+// (another (K, V) fp32 state), returns this thread's part of sum(st .* dot_with) in fp32.
 template <int KT, int VT>
-__device__ __forceinline__ void load_state(bf16x* s, const float* st, int K, int V) {
-  constexpr int kVec = VT / 4;
-  for (int x = threadIdx.x; x < KT * kVec; x += kThreads) {
-    const int r = x / kVec, c4 = (x % kVec) * 4;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < K && c4 < V) val = *reinterpret_cast<const float4*>(st + int64_t(r) * V + c4);
-    uint2 packed = make_uint2(pack_bf16(val.x, val.y), pack_bf16(val.z, val.w));
-    *reinterpret_cast<uint2*>(s + r * (VT + 8) + c4) = packed;
+__device__ __forceinline__ float load_state(bf16x* s, const float* st, int K, int V, const float* dot_with) {
+  constexpr int kVec = VT / 4, kIters = KT * kVec / kThreads, kBatch = 4;
+  static_assert(KT * kVec % (kThreads * kBatch) == 0, "the tile splits evenly over the threads");
+  float dot = 0.f;
+#pragma unroll
+  for (int batch = 0; batch < kIters / kBatch; ++batch) {  // batches of kBatch loads in flight
+    float4 val[kBatch];
+#pragma unroll
+    for (int it = 0; it < kBatch; ++it) {
+      const int x = (batch * kBatch + it) * kThreads + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
+      val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < K && c4 < V) {
+        val[it] = *reinterpret_cast<const float4*>(st + int64_t(r) * V + c4);
+        if (dot_with) {
+          const float4 w = *reinterpret_cast<const float4*>(dot_with + int64_t(r) * V + c4);
+          dot += val[it].x * w.x + val[it].y * w.y + val[it].z * w.z + val[it].w * w.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kBatch; ++it) {
+      const int x = (batch * kBatch + it) * kThreads + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
+      *reinterpret_cast<uint2*>(s + r * (VT + 8) + c4) =
+          make_uint2(pack_bf16(val[it].x, val[it].y), pack_bf16(val[it].z, val[it].w));
+    }
   }
+  return dot;
 }
 
 // The chunk's gates (B, H, NC, 64) into shared memory.
@@ -223,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
   load_rows<KT>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
   load_rows<KT>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
   load_rows<VT>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
-  load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d.K, d.V);
+  load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d.K, d.V, nullptr);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   {
@@ -351,19 +376,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
     load_rows<VT>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
     const float* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
     const float* Dc = a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV;
-    load_state<KT, VT>(sS, Sc, d.K, d.V);
-    load_state<KT, VT>(sD, Dc, d.K, d.V);
+    load_state<KT, VT>(sS, Sc, d.K, d.V, nullptr);
     // <S_{c+1}, D_c> in fp32 for the last row of dG.
-    float inner = 0.f;
-    if (a.dg) {
-      const float4* s4 = reinterpret_cast<const float4*>(Sc + KV);
-      const float4* d4 = reinterpret_cast<const float4*>(Dc);
-      for (int64_t x = threadIdx.x; x < KV / 4; x += kThreads) {
-        const float4 s = s4[x], dd = d4[x];
-        inner += s.x * dd.x + s.y * dd.y + s.z * dd.z + s.w * dd.w;
-      }
-    }
-    inner = block_sum(inner, sRed);  // also the barrier after the loads
+    const float inner = block_sum(load_state<KT, VT>(sD, Dc, d.K, d.V, a.dg ? Sc + KV : nullptr), sRed);  // + barrier
 
     {  // dP and P of the warp's rows
       float dp[1][kC / 8][4];
