@@ -1,11 +1,12 @@
 // The fused bf16 CUDA path of simple_gla (mamba2.md 4): per (b, h, chunk of 64 tokens) tensor-core
 // kernels (mma.sync m16n8k16, bf16 operands staged in shared memory, fp32 accumulation), with the
-// chunk toolkit's gates (F1: G, gam, kd, Glast) and its fp32 state scan (F3 / B2) in between.
-// Forward:  chunk_gates; outer_kernel s_c = (kd .* K)^T @ V into state slot c + 1; chunk_state_scan;
-//           forward_kernel O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V).
+// chunk toolkit's gates (F1: G, gam, kd, Glast) and an fp32 elementwise state scan (F3 / B2) on
+// fp32 per-chunk states (B, H, NC + 1, K, V) in between.
+// Forward:  chunk_gates; outer_kernel s_c = (kd .* K)^T @ V into state slot c + 1; state_scan_kernel
+//           (slot c = S_c); forward_kernel O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V).
 // Backward: the forward's first three steps (states S_c); outer_kernel scale (gam .* Q)^T @ dO into
-//           slot c of D with dS_T in slot NC; the reverse chunk_state_scan (slot c + 1 = D_c, slot 0 =
-//           dS0); backward_kernel per (b, q/k group, chunk), walking the group's heads in order:
+//           slot c of D with dS_T in slot NC; the reverse state_scan_kernel (slot c + 1 = D_c, slot
+//           0 = dS0); backward_kernel per (b, q/k group, chunk), walking the group's heads in order:
 //           dP, dQ_h, dK_h, dV_h, dG = rowdot(dQ_h, Q) - rowdot(dK_h, K) + <S_{c+1}, D_c> on the
 //           last row and its reverse cumsum; dQ, dK are the group sums in head order (no atomics).
 // Tiles: K and V are padded to KT, VT in {64, 128} (zero columns change no product); 4 warps, each
@@ -173,6 +174,47 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 struct Dims {
   int B, T, H, Gq, hpg, K, V, NC;
 };
+
+// F3 / B2 on fp32 states (B H, NC + 1, K, V), one thread per 4 state elements, sequential over chunks
+// (chunk_state_scan's recurrence, same order of operations):
+//   forward: slot c + 1 = slot c + 1 + exp(Glast_c) slot c,  c = 0 .. NC-1
+//   reverse: slot c = slot c + exp(Glast_c) slot c + 1,      c = NC-1 .. 0
+// The slots of kAhead chunks are loaded before the dependent updates, so a thread has that many
+// loads in flight instead of one per chunk.
+template <bool kReverse>
+__global__ void __launch_bounds__(256) state_scan_kernel(float* __restrict__ states, const float* __restrict__ Glast,
+                                                         int64_t BH, int NC, int64_t KV4) {
+  constexpr int kAhead = 8;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= BH * KV4) return;
+  const int64_t bh = i / KV4;
+  float4* s = reinterpret_cast<float4*>(states) + bh * (NC + 1) * KV4 + i % KV4;
+  const float* gl = Glast + bh * NC;
+  float4 acc = s[kReverse ? int64_t(NC) * KV4 : 0];
+  for (int step0 = 0; step0 < NC; step0 += kAhead) {
+    float4 x[kAhead];
+    float a[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int step = step0 + j, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) {
+        x[j] = s[int64_t(kReverse ? c : c + 1) * KV4];
+        a[j] = expf(gl[c]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int step = step0 + j, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) {
+        acc.x = x[j].x + a[j] * acc.x;
+        acc.y = x[j].y + a[j] * acc.y;
+        acc.z = x[j].z + a[j] * acc.z;
+        acc.w = x[j].w + a[j] * acc.w;
+        s[int64_t(kReverse ? c : c + 1) * KV4] = acc;
+      }
+    }
+  }
+}
 
 // out slot (c + slot_off) of (b, h) = alpha (rs .* X)^T @ Y, X = x of head h / xdiv (B, T, *, K),
 // Y (B, T, H, V), rs a per-token vector of the chunk layout (B, H, NC, 64). out (B, H, NC + 1, K, V).
@@ -524,6 +566,18 @@ void launch_outer(const Tensor& x, int xdiv, const Tensor& y, const float* rs, c
   });
 }
 
+void state_scan(const ChunkBuffer& states, const Tensor& Glast, bool reverse, const Dims& d, cudaStream_t stream) {
+  const int64_t BH = int64_t(d.B) * d.H, KV4 = int64_t(d.K) * d.V / 4, n = BH * KV4;
+  if (n == 0 || d.NC == 0) return;
+  constexpr int kScanThreads = 256;
+  const unsigned blocks = unsigned((n + kScanThreads - 1) / kScanThreads);
+  if (reverse)
+    state_scan_kernel<true><<<blocks, kScanThreads, 0, stream>>>(states.data(), Glast.data<float>(), BH, d.NC, KV4);
+  else
+    state_scan_kernel<false><<<blocks, kScanThreads, 0, stream>>>(states.data(), Glast.data<float>(), BH, d.NC, KV4);
+  HYB_CUDA_LAUNCH_CHECK("simple_gla state_scan_kernel", blocks, kScanThreads, 0);
+}
+
 struct Scan {
   ChunkGates gates;
   ChunkBuffer states;  // slot c = S_c, slot NC = S_T
@@ -534,7 +588,7 @@ Scan run_scan(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& S
   Scan s{chunk_gates(g, Tensor(), cd), ChunkBuffer(cd, cd.NC + 1, d.K, d.V)};
   chunk_slot_load(s.states, 0, S0);
   launch_outer(k, d.hpg, v, s.gates.kd.p(), s.states, 1, 1.f, d, stream);
-  chunk_state_scan(s.states, s.gates.Glast, false, cd);
+  state_scan(s.states, s.gates.Glast, false, d, stream);
   return s;
 }
 
@@ -608,7 +662,7 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
   ChunkBuffer D(cd, cd.NC + 1, d.K, d.V);  // B2: afterwards slot c + 1 = D_c, slot 0 = dS0
   launch_outer(q, d.hpg, dout, s.gates.gam.p(), D, 0, float(scale), d, stream);
   chunk_slot_load(D, cd.NC, dfinal);
-  chunk_state_scan(D, s.gates.Glast, true, cd);
+  state_scan(D, s.gates.Glast, true, d, stream);
 
   if (needed[0] || needed[1] || needed[2] || needed[3]) {
     BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), s.gates.G.p(), s.gates.gam.p(), s.gates.kd.p(),
