@@ -401,10 +401,6 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
   const int64_t qk_off = (int64_t(b) * d.T * d.Gq + grp) * d.K;
   load_rows<KT>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
   load_rows<KT>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  __syncthreads();
-  float qk[1][kC / 8][4];  // Q @ K^T, shared by the group's heads
-  zero(qk);
-  warp_mma<1, kC / 8, KT, false, true>(qk, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
   for (int hi = 0; hi < d.hpg; ++hi) {
     const int h = grp * d.hpg + hi, bh = b * d.H + h;
@@ -422,12 +418,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
     // <S_{c+1}, D_c> in fp32 for the last row of dG.
     const float inner = block_sum(load_state<KT, VT>(sD, Dc, d.K, d.V, a.dg ? Sc + KV : nullptr), sRed);  // + barrier
 
-    {  // dP and P of the warp's rows
-      float dp[1][kC / 8][4];
-      zero(dp);
-      warp_mma<1, kC / 8, VT, false, true>(dp, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
-      store_masked(sdP, dp, sG, a.scale, m0, lane);
-      store_masked(sP, qk, sG, a.scale, m0, lane);
+    {  // dP and P of the warp's rows (Q @ K^T is recomputed per head: holding it costs occupancy)
+      float x[1][kC / 8][4];
+      zero(x);
+      warp_mma<1, kC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
+      store_masked(sdP, x, sG, a.scale, m0, lane);
+      zero(x);
+      warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+      store_masked(sP, x, sG, a.scale, m0, lane);
     }
     __syncthreads();  // dP^T and P^T read every row
 
