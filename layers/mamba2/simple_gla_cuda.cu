@@ -1,8 +1,8 @@
 // The fused bf16 CUDA path of simple_gla (mamba2.md 4): per (b, h, chunk of 64 tokens) tensor-core
 // kernels (mma.sync m16n8k16, bf16 operands staged in shared memory, fp32 accumulation), with the
-// chunk toolkit's gates (F1: G, gam, kd, Glast) and an fp32 elementwise state scan (F3 / B2) on
-// fp32 per-chunk states (B, H, NC + 1, K, V) in between.
-// Forward:  chunk_gates; outer_kernel s_c = (kd .* K)^T @ V into state slot c + 1; state_scan_kernel
+// gates (F1: G, gam, kd, Glast) and an fp32 elementwise state scan (F3 / B2) on fp32 per-chunk
+// states (B, H, NC + 1, K, V) in between.
+// Forward:  gates_kernel; outer_kernel s_c = (kd .* K)^T @ V into state slot c + 1; state_scan_kernel
 //           (slot c = S_c); forward_kernel O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V).
 // Backward: the forward's first three steps (states S_c); outer_kernel scale (gam .* Q)^T @ dO into
 //           slot c of D with dS_T in slot NC; the reverse state_scan_kernel (slot c + 1 = D_c, slot
@@ -174,6 +174,38 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 struct Dims {
   int B, T, H, Gq, hpg, K, V, NC;
 };
+
+// F1, one warp per (b, h, c), lane l holding tokens 2l and 2l + 1 (a 64-token chunk is one warp):
+// G the chunk-local cumsum of g (padded tokens add 0), gam = exp(G), kd = exp(min(Glast - G, 0)),
+// Glast (B H NC) = G of the chunk's last valid token. Same outputs as chunk_gates, which walks the
+// 64 tokens serially in one thread per chunk.
+__global__ void __launch_bounds__(256) gates_kernel(const float* __restrict__ g, float* __restrict__ G,
+                                                    float* __restrict__ gam, float* __restrict__ kd,
+                                                    float* __restrict__ Glast, int T, int H, int NC, int64_t chunks) {
+  const int64_t z = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (z >= chunks) return;  // z is per warp: whole warps leave together
+  const int c = int(z % NC);
+  const int64_t bh = z / NC, b = bh / H, h = bh % H;
+  const int t = c * kC + 2 * lane, n = min(kC, T - c * kC);
+  const float* gb = g + b * T * H + h;
+  const float x0 = t < T ? gb[int64_t(t) * H] : 0.f, x1 = t + 1 < T ? gb[int64_t(t + 1) * H] : 0.f;
+  float s = x0 + x1;  // inclusive scan of the pair sums
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float u = __shfl_up_sync(0xffffffffu, s, o);
+    if (lane >= o) s += u;
+  }
+  const float before = __shfl_up_sync(0xffffffffu, s, 1);
+  const float G0 = (lane == 0 ? 0.f : before) + x0, G1 = G0 + x1;
+  const int last_tok = n - 1;
+  const float last = __shfl_sync(0xffffffffu, last_tok % 2 ? G1 : G0, last_tok / 2);
+  const int64_t o = z * kC + 2 * lane;
+  *reinterpret_cast<float2*>(G + o) = make_float2(G0, G1);
+  *reinterpret_cast<float2*>(gam + o) = make_float2(expf(G0), expf(G1));
+  *reinterpret_cast<float2*>(kd + o) = make_float2(expf(fminf(last - G0, 0.f)), expf(fminf(last - G1, 0.f)));
+  if (lane == 0) Glast[z] = last;
+}
 
 // F3 / B2 on fp32 states (B H, NC + 1, K, V), one thread per 4 state elements, sequential over chunks
 // (chunk_state_scan's recurrence, same order of operations):
@@ -576,16 +608,34 @@ void state_scan(const ChunkBuffer& states, const Tensor& Glast, bool reverse, co
   HYB_CUDA_LAUNCH_CHECK("simple_gla state_scan_kernel", blocks, kScanThreads, 0);
 }
 
+struct Gates {
+  Tensor G, gam, kd;  // (B, H, NC, 64) f32
+  Tensor Glast;       // (B, H, NC) f32
+};
+
+Gates run_gates(const Tensor& g, const Dims& d, Device dev, cudaStream_t stream) {
+  const int64_t chunks = int64_t(d.B) * d.H * d.NC;
+  const Shape vec{d.B, d.H, d.NC, kC};
+  Gates r{Tensor::empty(vec, DType::f32, dev), Tensor::empty(vec, DType::f32, dev), Tensor::empty(vec, DType::f32, dev),
+          Tensor::empty({d.B, d.H, d.NC}, DType::f32, dev)};
+  constexpr int kGateThreads = 256;
+  const unsigned blocks = unsigned((chunks * 32 + kGateThreads - 1) / kGateThreads);
+  gates_kernel<<<blocks, kGateThreads, 0, stream>>>(g.data<float>(), r.G.data<float>(), r.gam.data<float>(),
+                                                    r.kd.data<float>(), r.Glast.data<float>(), d.T, d.H, d.NC, chunks);
+  HYB_CUDA_LAUNCH_CHECK("simple_gla gates_kernel", blocks, kGateThreads, 0);
+  return r;
+}
+
 struct Scan {
-  ChunkGates gates;
+  Gates gates;
   ChunkBuffer states;  // slot c = S_c, slot NC = S_T
 };
 
 Scan run_scan(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& S0, const ChunkDims& cd, const Dims& d,
               cudaStream_t stream) {
-  Scan s{chunk_gates(g, Tensor(), cd), ChunkBuffer(cd, cd.NC + 1, d.K, d.V)};
+  Scan s{run_gates(g, d, cd.device, stream), ChunkBuffer(cd, cd.NC + 1, d.K, d.V)};
   chunk_slot_load(s.states, 0, S0);
-  launch_outer(k, d.hpg, v, s.gates.kd.p(), s.states, 1, 1.f, d, stream);
+  launch_outer(k, d.hpg, v, s.gates.kd.data<float>(), s.states, 1, 1.f, d, stream);
   state_scan(s.states, s.gates.Glast, false, d, stream);
   return s;
 }
@@ -630,8 +680,9 @@ SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q0, const Tensor& k0, co
     const size_t smem = forward_smem<KT, VT>();
     set_smem(forward_kernel<KT, VT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.H));
-    forward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(q), bp(k), bp(v), s.gates.G.p(), s.gates.gam.p(),
-                                                              s.states.data(), bp_mut(r.o), float(scale), d);
+    forward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(q), bp(k), bp(v), s.gates.G.data<float>(),
+                                                              s.gates.gam.data<float>(), s.states.data(), bp_mut(r.o),
+                                                              float(scale), d);
     HYB_CUDA_LAUNCH_CHECK("simple_gla forward_kernel", grid, kThreads, smem);
   });
   chunk_slot_store(r.final_state, s.states, cd.NC);
@@ -658,12 +709,13 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
   const Scan s = run_scan(k, v, g, S0, cd, d, stream);  // B1
 
   ChunkBuffer D(cd, cd.NC + 1, d.K, d.V);  // B2: afterwards slot c + 1 = D_c, slot 0 = dS0
-  launch_outer(q, d.hpg, dout, s.gates.gam.p(), D, 0, float(scale), d, stream);
+  launch_outer(q, d.hpg, dout, s.gates.gam.data<float>(), D, 0, float(scale), d, stream);
   chunk_slot_load(D, cd.NC, dfinal);
   state_scan(D, s.gates.Glast, true, d, stream);
 
   if (needed[0] || needed[1] || needed[2] || needed[3]) {
-    BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), s.gates.G.p(), s.gates.gam.p(), s.gates.kd.p(),
+    BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), s.gates.G.data<float>(), s.gates.gam.data<float>(),
+                   s.gates.kd.data<float>(),
                    s.states.data(), D.data(), bp_mut(out.dq), bp_mut(out.dk), bp_mut(out.dv),
                    out.dg.defined() ? out.dg.data<float>() : nullptr, float(scale)};
     visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
