@@ -19,6 +19,8 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
@@ -653,7 +655,12 @@ Tensor rows16(const Tensor& t) {
 
 bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
                                 int64_t hpg) {
-  if (!q.is_cuda() || q.dtype() != DType::bf16 || T < 1) return false;
+  // HYBRID_SIMPLE_GLA_FUSED=0 keeps bf16 on the toolkit sequence (A/B timing, bisecting a mismatch).
+  static const bool enabled = [] {
+    const char* e = std::getenv("HYBRID_SIMPLE_GLA_FUSED");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || T < 1) return false;
   if (K > 128 || V > 128 || K % 8 != 0 || V % 8 != 0) return false;
   size_t need = 0;
   visit_tiles(K, V, [&](auto kt, auto vt) {

@@ -77,7 +77,8 @@ SimpleGlaGrads simple_gla_backward_kernels(const SimpleGlaSaved& s, const Tensor
                                            GradMask needed);
 // The fused bf16 CUDA path (simple_gla_cuda.cu): tensor-core kernels per chunk of 64 tokens, taken
 // when supported says so (bf16 on CUDA, K and V <= 128 and multiples of 8, and the shared-memory
-// tiles fit); otherwise the toolkit sequence above runs.
+// tiles fit); otherwise the toolkit sequence above runs. HYBRID_SIMPLE_GLA_FUSED=0 in the environment
+// turns the fused path off.
 bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
                                 int64_t heads_per_group);
 SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
