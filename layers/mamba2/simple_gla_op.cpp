@@ -50,7 +50,9 @@ SimpleGlaOutputs simple_gla_forward(const Tensor& q, const Tensor& k, const Tens
     HYB_CHECK(q.dtype() != DType::f64, "simple_gla_forward: the CUDA path computes on f32 or bf16, got f64");
 #if HYBRID_CUDA
     SimpleGlaOutputs r = d.T == 1 ? simple_gla_decode_cuda(q, k, v, g, S0, scale)
-                                  : simple_gla_forward_kernels(q, k, v, g, S0, scale);
+                         : simple_gla_fused_supported(q, k, v, d.T, d.K, d.V, d.heads_per_group)
+                             ? simple_gla_forward_fused(q, k, v, g, S0, scale)
+                             : simple_gla_forward_kernels(q, k, v, g, S0, scale);
 #else
     SimpleGlaOutputs r = simple_gla_forward_kernels(q, k, v, g, S0, scale);
 #endif
@@ -73,7 +75,13 @@ SimpleGlaGrads simple_gla_backward(const SimpleGlaSaved& s, const Tensor& dout, 
             ", ", d.H, ", ", d.K, ", ", d.V, ") in ", dtype_name(s.g.dtype()));
   HYB_CHECK(dout.device() == s.q.device() && (!dfinal.defined() || dfinal.device() == s.q.device()),
             "simple_gla_backward: dout and the final-state gradient must be on the device of q (", s.q.device().str(), ")");
-  if (s.q.is_cuda()) return simple_gla_backward_kernels(s, dout, dfinal, needed);
+  if (s.q.is_cuda()) {
+#if HYBRID_CUDA
+    if (simple_gla_fused_supported(s.q, s.k, s.v, d.T, d.K, d.V, d.heads_per_group))
+      return simple_gla_backward_fused(s, dout, dfinal, needed);
+#endif
+    return simple_gla_backward_kernels(s, dout, dfinal, needed);
+  }
   return s.params.chunk_size > 0 ? simple_gla_chunked_backward_cpu(s, dout, dfinal, needed)
                                  : simple_gla_backward_cpu(s, dout, dfinal, needed);
 }

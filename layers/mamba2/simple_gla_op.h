@@ -75,6 +75,16 @@ SimpleGlaOutputs simple_gla_forward_kernels(const Tensor& q, const Tensor& k, co
                                             const Tensor& S0, double scale);
 SimpleGlaGrads simple_gla_backward_kernels(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                            GradMask needed);
+// The fused bf16 CUDA path (simple_gla_cuda.cu): tensor-core kernels per chunk of 64 tokens, taken
+// when supported says so (bf16 on CUDA, K and V <= 128 and multiples of 8, and the shared-memory
+// tiles fit); otherwise the toolkit sequence above runs. HYBRID_SIMPLE_GLA_FUSED=0 in the environment
+// turns the fused path off.
+bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
+                                int64_t heads_per_group);
+SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                          const Tensor& S0, double scale);
+SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                         GradMask needed);
 // The one-token forward on CUDA (simple_gla_decode.cu): one kernel on the state, the decode step.
 SimpleGlaOutputs simple_gla_decode_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                         const Tensor& S0, double scale);

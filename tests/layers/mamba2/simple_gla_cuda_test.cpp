@@ -55,3 +55,40 @@ TEST_CASE("simple_gla on cuda matches the recurrent cpu reference, outputs and e
     }
   }
 }
+
+TEST_CASE("simple_gla bf16 on cuda takes the fused tensor-core kernels and matches the recurrent cpu reference",
+          "[simple_gla][gpu]") {
+  // Shapes the fused path takes (K, V <= 128, multiples of 8): both tile widths of K and V, one and
+  // several heads per q/k group (the group sums of dq, dk), several chunks with a partial last one.
+  struct Case {
+    int64_t B, T, Gq, H, K, V;
+    bool s0;
+  };
+  for (const Case& c : {Case{2, 200, 2, 2, 64, 64, true}, Case{1, 150, 1, 4, 128, 64, true}, Case{2, 129, 2, 4, 64, 128, false},
+                        Case{1, 97, 1, 2, 128, 128, true}, Case{1, 64, 4, 4, 32, 16, true}, Case{2, 2, 1, 1, 8, 8, true}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Gq " << c.Gq << " H " << c.H << " K " << c.K << " V " << c.V
+                         << (c.s0 ? " S0" : "")) {
+#if HYBRID_CUDA  // the fused kernels exist only in a CUDA build; the [gpu] tests run only there
+      const Tensor probe = Tensor::zeros({c.B, c.T, c.Gq, c.K}, DType::bf16, Device::cuda(0));
+      const Tensor vprobe = Tensor::zeros({c.B, c.T, c.H, c.V}, DType::bf16, Device::cuda(0));
+      REQUIRE(simple_gla_fused_supported(probe, probe, vprobe, c.T, c.K, c.V, c.H / c.Gq));
+#endif
+      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Gq, c.K}, 11, DType::f64, 0.5),
+                             random_tensor({c.B, c.T, c.Gq, c.K}, 12, DType::f64, 0.5), random_tensor({c.B, c.T, c.H, c.V}, 13),
+                             uniform({c.B, c.T, c.H}, 14, -0.7, -0.01)};
+      if (c.s0) in.push_back(random_tensor({c.B, c.H, c.K, c.V}, 15, DType::f64, 0.5));
+      ParityOptions opt;
+      opt.f32 = false;  // f32 runs the toolkit sequence, checked by the case above
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            SimpleGlaParams p;
+            p.scale = 0.3;
+            SimpleGlaVars y = simple_gla(x[0], x[1], x[2], state_dtype(x[3], x[0]), c.s0 ? state_dtype(x[4], x[0]) : Var(), p);
+            return std::vector<Var>{y.o, y.final_state};
+          },
+          in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}

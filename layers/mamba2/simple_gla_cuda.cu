@@ -1,0 +1,744 @@
+// The fused bf16 CUDA path of simple_gla (mamba2.md 4): per (b, h, chunk of 64 tokens) tensor-core
+// kernels (mma.sync m16n8k16, bf16 operands staged in shared memory, fp32 accumulation), with the
+// gates (F1: G, gam, kd, Glast) and an fp32 elementwise state scan (F3 / B2) on fp32 per-chunk
+// states (B, H, NC + 1, K, V) in between.
+// Forward:  gates_kernel; outer_kernel s_c = (kd .* K)^T @ V into state slot c + 1; state_scan_kernel
+//           (slot c = S_c); forward_kernel O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V).
+// Backward: the forward's first three steps (states S_c); outer_kernel scale (gam .* Q)^T @ dO into
+//           slot c of D with dS_T in slot NC; the reverse state_scan_kernel (slot c + 1 = D_c, slot
+//           0 = dS0); backward_kernel per (b, q/k group, chunk), walking the group's heads in order:
+//           dP, dQ_h, dK_h, dV_h, dG = rowdot(dQ_h, Q) - rowdot(dK_h, K) + <S_{c+1}, D_c> on the
+//           last row and its reverse cumsum; dQ, dK are the group sums in head order (no atomics).
+// Tiles: K and V are padded to KT, VT in {64, 128} (zero columns change no product); 4 warps, each
+// owns 16 token rows (or KT / 4 state rows). Every (tile) operand is loaded with ldmatrix from a
+// row-major smem tile; a transposed operand uses ldmatrix.trans, never a reinterpreted accumulator
+// (mamba2.md 4.7).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_stream.h"
+#include "kernels/chunk_ops.h"
+#include "kernels/vector_io.cuh"
+#include "layers/mamba2/simple_gla_op.h"
+#include "layers/softmax_attention/flash_attention_device.cuh"
+
+namespace hyb {
+namespace {
+
+using flash::ldsm_x4;
+using flash::ldsm_x4_t;
+using flash::mma_16816;
+using flash::pack_bf16;
+using flash::smem_u32;
+using bf16x = __nv_bfloat16;
+
+constexpr int kC = kScanChunk;  // tokens per chunk
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kLdP = kC + 8;  // row stride of the 64 x 64 score tiles
+
+// acc[mi][ni] += A[m0 + 16 mi .., 0 .. KR) @ B[0 .. KR, n0 + 8 ni ..) for one warp.
+// A is M x KR: stored row-major [m][k] (lda) or, kA_T, as its transpose [k][m].
+// B is KR x N: stored row-major [k][n] (ldb) or, kB_T, as its transpose [n][k].
+template <int MT, int NT, int KR, bool kA_T, bool kB_T>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const bf16x* A, int lda, int m0, const bf16x* B,
+                                         int ldb, int n0, int lane) {
+  static_assert(NT % 2 == 0 && KR % 16 == 0, "n-tiles go in pairs, the reduction in steps of 16");
+  const int i = lane % 8, j = lane / 8;
+#pragma unroll
+  for (int k0 = 0; k0 < KR; k0 += 16) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      if constexpr (kA_T)
+        ldsm_x4_t(a[mi], smem_u32(A + (k0 + i + (j / 2) * 8) * lda + m0 + mi * 16 + (j % 2) * 8));
+      else
+        ldsm_x4(a[mi], smem_u32(A + (m0 + mi * 16 + lane % 16) * lda + k0 + (lane / 16) * 8));
+    }
+#pragma unroll
+    for (int nj = 0; nj < NT / 2; ++nj) {
+      uint32_t b[4];
+      if constexpr (kB_T)
+        ldsm_x4(b, smem_u32(B + (n0 + nj * 16 + i + (j / 2) * 8) * ldb + k0 + (j % 2) * 8));
+      else
+        ldsm_x4_t(b, smem_u32(B + (k0 + i + (j % 2) * 8) * ldb + n0 + nj * 16 + (j / 2) * 8));
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        mma_16816(acc[mi][2 * nj], a[mi], b[0], b[1]);
+        mma_16816(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+}
+
+// Row of accumulator entry e of the warp's single m-tile (rows r and r + 8 of each 16-row tile).
+__device__ __forceinline__ int frag_row(int lane, int e) { return lane / 4 + (e / 2) * 8; }
+__device__ __forceinline__ int frag_col(int lane, int e) { return (lane % 4) * 2 + (e % 2); }
+
+// Rows t0 .. t0 + 63 of one head of a (B, T, heads, D) bf16 tensor into a [64][DT + 8] tile, times
+// rowscale[r] when given; rows >= T and columns >= D are zero. D % 8 == 0 and 16-byte aligned rows.
+// The trip count is a constant so that every thread's loads are issued before the first store.
+template <int DT>
+__device__ __forceinline__ void load_rows(bf16x* s, const bf16x* head, int64_t row_stride, int t0, int T, int D,
+                                          const float* rowscale) {
+  constexpr int kVec = DT / 8, kIters = kC * kVec / kThreads;
+  static_assert(kC * kVec % kThreads == 0, "the tile splits evenly over the threads");
+  uint4 val[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int x = it * kThreads + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
+    val[it] = make_uint4(0, 0, 0, 0);
+    if (t0 + r < T && c8 < D) val[it] = *reinterpret_cast<const uint4*>(head + int64_t(t0 + r) * row_stride + c8);
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int x = it * kThreads + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
+    if (rowscale) {
+      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&val[it]);
+      const float f = rowscale[r];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 v = __bfloat1622float2(p[e]);
+        p[e] = __floats2bfloat162_rn(v.x * f, v.y * f);
+      }
+    }
+    *reinterpret_cast<uint4*>(s + r * (DT + 8) + c8) = val[it];
+  }
+}
+
+// An fp32 (K, V) state into a bf16 [KT][VT + 8] tile, zero outside K x V; V % 8 == 0. With dot_with
+// (another (K, V) fp32 state), returns this thread's part of sum(st .* dot_with) in fp32.
+template <int KT, int VT>
+__device__ __forceinline__ float load_state(bf16x* s, const float* st, int K, int V, const float* dot_with) {
+  constexpr int kVec = VT / 4, kIters = KT * kVec / kThreads, kBatch = 4;
+  static_assert(KT * kVec % (kThreads * kBatch) == 0, "the tile splits evenly over the threads");
+  float dot = 0.f;
+#pragma unroll
+  for (int batch = 0; batch < kIters / kBatch; ++batch) {  // batches of kBatch loads in flight
+    float4 val[kBatch];
+#pragma unroll
+    for (int it = 0; it < kBatch; ++it) {
+      const int x = (batch * kBatch + it) * kThreads + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
+      val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < K && c4 < V) {
+        val[it] = *reinterpret_cast<const float4*>(st + int64_t(r) * V + c4);
+        if (dot_with) {
+          const float4 w = *reinterpret_cast<const float4*>(dot_with + int64_t(r) * V + c4);
+          dot += val[it].x * w.x + val[it].y * w.y + val[it].z * w.z + val[it].w * w.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kBatch; ++it) {
+      const int x = (batch * kBatch + it) * kThreads + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
+      *reinterpret_cast<uint2*>(s + r * (VT + 8) + c4) =
+          make_uint2(pack_bf16(val[it].x, val[it].y), pack_bf16(val[it].z, val[it].w));
+    }
+  }
+  return dot;
+}
+
+// The chunk's gates (B, H, NC, 64) into shared memory.
+__device__ __forceinline__ void load_vec(float* s, const float* src) {
+  for (int x = threadIdx.x; x < kC; x += kThreads) s[x] = src[x];
+}
+
+// Sum over the block of one float per thread; every thread gets the total. red: kWarps floats.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float t = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) t += red[w];
+  __syncthreads();
+  return t;
+}
+
+struct Dims {
+  int B, T, H, Gq, hpg, K, V, NC;
+};
+
+// F1, one warp per (b, h, c), lane l holding tokens 2l and 2l + 1 (a 64-token chunk is one warp):
+// G the chunk-local cumsum of g (padded tokens add 0), gam = exp(G), kd = exp(min(Glast - G, 0)),
+// Glast (B H NC) = G of the chunk's last valid token. Same outputs as chunk_gates, which walks the
+// 64 tokens serially in one thread per chunk.
+__global__ void __launch_bounds__(256) gates_kernel(const float* __restrict__ g, float* __restrict__ G,
+                                                    float* __restrict__ gam, float* __restrict__ kd,
+                                                    float* __restrict__ Glast, int T, int H, int NC, int64_t chunks) {
+  const int64_t z = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (z >= chunks) return;  // z is per warp: whole warps leave together
+  const int c = int(z % NC);
+  const int64_t bh = z / NC, b = bh / H, h = bh % H;
+  const int t = c * kC + 2 * lane, n = min(kC, T - c * kC);
+  const float* gb = g + b * T * H + h;
+  const float x0 = t < T ? gb[int64_t(t) * H] : 0.f, x1 = t + 1 < T ? gb[int64_t(t + 1) * H] : 0.f;
+  float s = x0 + x1;  // inclusive scan of the pair sums
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float u = __shfl_up_sync(0xffffffffu, s, o);
+    if (lane >= o) s += u;
+  }
+  const float before = __shfl_up_sync(0xffffffffu, s, 1);
+  const float G0 = (lane == 0 ? 0.f : before) + x0, G1 = G0 + x1;
+  const int last_tok = n - 1;
+  const float last = __shfl_sync(0xffffffffu, last_tok % 2 ? G1 : G0, last_tok / 2);
+  const int64_t o = z * kC + 2 * lane;
+  *reinterpret_cast<float2*>(G + o) = make_float2(G0, G1);
+  *reinterpret_cast<float2*>(gam + o) = make_float2(expf(G0), expf(G1));
+  *reinterpret_cast<float2*>(kd + o) = make_float2(expf(fminf(last - G0, 0.f)), expf(fminf(last - G1, 0.f)));
+  if (lane == 0) Glast[z] = last;
+}
+
+// F3 / B2 on fp32 states (B H, NC + 1, K, V), one thread per 4 state elements, sequential over chunks
+// (chunk_state_scan's recurrence, same order of operations):
+//   forward: slot c + 1 = slot c + 1 + exp(Glast_c) slot c,  c = 0 .. NC-1
+//   reverse: slot c = slot c + exp(Glast_c) slot c + 1,      c = NC-1 .. 0
+// The slots of kAhead chunks are loaded before the dependent updates, so a thread has that many
+// loads in flight instead of one per chunk.
+template <bool kReverse>
+__global__ void __launch_bounds__(256) state_scan_kernel(float* __restrict__ states, const float* __restrict__ Glast,
+                                                         int64_t BH, int NC, int64_t KV4) {
+  constexpr int kAhead = 8;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= BH * KV4) return;
+  const int64_t bh = i / KV4;
+  float4* s = reinterpret_cast<float4*>(states) + bh * (NC + 1) * KV4 + i % KV4;
+  const float* gl = Glast + bh * NC;
+  float4 acc = s[kReverse ? int64_t(NC) * KV4 : 0];
+  for (int step0 = 0; step0 < NC; step0 += kAhead) {
+    float4 x[kAhead];
+    float a[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int step = step0 + j, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) {
+        x[j] = s[int64_t(kReverse ? c : c + 1) * KV4];
+        a[j] = expf(gl[c]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int step = step0 + j, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) {
+        acc.x = x[j].x + a[j] * acc.x;
+        acc.y = x[j].y + a[j] * acc.y;
+        acc.z = x[j].z + a[j] * acc.z;
+        acc.w = x[j].w + a[j] * acc.w;
+        s[int64_t(kReverse ? c : c + 1) * KV4] = acc;
+      }
+    }
+  }
+}
+
+// out slot (c + slot_off) of (b, h) = alpha (rs .* X)^T @ Y, X = x of head h / xdiv (B, T, *, K),
+// Y (B, T, H, V), rs a per-token vector of the chunk layout (B, H, NC, 64). out (B, H, NC + 1, K, V).
+// Grid (NC, B H). Warps split the KT state rows.
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict__ x, int xdiv, const bf16x* __restrict__ y,
+                                                         const float* __restrict__ rs, float* __restrict__ out,
+                                                         int slot_off, float alpha, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sX = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
+  bf16x* sY = sX + kC * (KT + 8);               // [64][VT + 8]
+  float* sR = reinterpret_cast<float*>(sY + kC * (VT + 8));
+  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
+  const int xh = h / xdiv, xheads = d.H / xdiv;
+  load_vec(sR, rs + (int64_t(bh) * d.NC + c) * kC);
+  __syncthreads();
+  load_rows<KT>(sX, x + (int64_t(b) * d.T * xheads + xh) * d.K, int64_t(xheads) * d.K, c * kC, d.T, d.K, sR);
+  load_rows<VT>(sY, y + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
+  __syncthreads();
+  constexpr int MT = KT / 64;  // 16-row tiles per warp
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16 * MT;
+  float acc[MT][VT / 8][4];
+  zero(acc);
+  warp_mma<MT, VT / 8, kC, true, false>(acc, sX, KT + 8, m0, sY, VT + 8, 0, lane);
+  float* o = out + (int64_t(bh) * (d.NC + 1) + c + slot_off) * d.K * d.V;
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + mi * 16 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (r < d.K && col < d.V)
+          *reinterpret_cast<float2*>(o + int64_t(r) * d.V + col) =
+              make_float2(alpha * acc[mi][ni][e], alpha * acc[mi][ni][e + 1]);
+      }
+}
+
+// Writes the masked scores of the warp's rows to a bf16 [64][kLdP] tile:
+// s[r, i] = f * acc * exp(min(G_r - G_i, 0)) for i <= r, else 0.
+__device__ __forceinline__ void store_masked(bf16x* s, const float (&acc)[1][kC / 8][4], const float* G, float f,
+                                             int m0, int lane) {
+#pragma unroll
+  for (int ni = 0; ni < kC / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = m0 + frag_row(lane, e), i = ni * 8 + frag_col(lane, e);
+      const float p0 = i <= r ? f * acc[0][ni][e] * __expf(fminf(G[r] - G[i], 0.f)) : 0.f;
+      const float p1 = i + 1 <= r ? f * acc[0][ni][e + 1] * __expf(fminf(G[r] - G[i + 1], 0.f)) : 0.f;
+      *reinterpret_cast<uint32_t*>(s + r * kLdP + i) = pack_bf16(p0, p1);
+    }
+}
+
+// O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V). Grid (NC, B H).
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restrict__ q, const bf16x* __restrict__ k,
+                                                           const bf16x* __restrict__ v, const float* __restrict__ G,
+                                                           const float* __restrict__ gam, const float* __restrict__ states,
+                                                           bf16x* __restrict__ o, float scale, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
+  bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
+  bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
+  bf16x* sS = sV + kC * (VT + 8);               // [KT][VT + 8]
+  bf16x* sP = sS + KT * (VT + 8);               // [64][kLdP]
+  float* sG = reinterpret_cast<float*>(sP + kC * kLdP);
+  float* sGam = sG + kC;
+  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, grp = h / d.hpg;
+  const int64_t z = int64_t(bh) * d.NC + c;
+  load_vec(sG, G + z * kC);
+  load_vec(sGam, gam + z * kC);
+  const int64_t qk_row = int64_t(d.Gq) * d.K;
+  load_rows<KT>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
+  load_rows<KT>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
+  load_rows<VT>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
+  load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d.K, d.V, nullptr);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  {
+    float s[1][kC / 8][4];
+    zero(s);
+    warp_mma<1, kC / 8, KT, false, true>(s, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+    store_masked(sP, s, sG, scale, m0, lane);
+  }
+  float acc[1][VT / 8][4];
+  zero(acc);
+  warp_mma<1, VT / 8, KT, false, false>(acc, sQ, KT + 8, m0, sS, VT + 8, 0, lane);
+#pragma unroll
+  for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][ni][e] *= scale * sGam[m0 + frag_row(lane, e)];
+  __syncwarp();  // the P rows this warp reads are the rows it wrote
+  warp_mma<1, VT / 8, kC, false, false>(acc, sP, kLdP, m0, sV, VT + 8, 0, lane);
+  bf16x* ob = o + (int64_t(b) * d.T * d.H + h) * d.V;
+#pragma unroll
+  for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e), t = c * kC + r;
+      if (t < d.T && col < d.V)
+        *reinterpret_cast<uint32_t*>(ob + (int64_t(t) * d.H) * d.V + col) = pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
+    }
+}
+
+// sum over the row's columns of acc * X[row, col] for the warp's rows r and r + 8 (quad-reduced).
+template <int NT>
+__device__ __forceinline__ void rowdot(float (&out)[2], const float (&acc)[1][NT][4], const bf16x* X, int ld, int m0,
+                                       int lane) {
+  out[0] = out[1] = 0.f;
+#pragma unroll
+  for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+      out[e / 2] += acc[0][ni][e] * __bfloat162float(X[r * ld + col]);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    out[h] += __shfl_xor_sync(0xffffffffu, out[h], 1);
+    out[h] += __shfl_xor_sync(0xffffffffu, out[h], 2);
+  }
+}
+
+// Adds this head's dQ_h or dK_h (acc) to the group sum: kept in fragment order in sum (fp32 smem)
+// between heads, written to dst (B, T, Gq, K) bf16 at the group's last head.
+template <int KT>
+__device__ __forceinline__ void group_accumulate(const float (&acc)[1][KT / 8][4], float* sum, bool first, bool last,
+                                                 bf16x* dst, int64_t row_stride, int t0, Dims d, int m0, int lane) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int ni = 0; ni < KT / 8; ++ni) {
+    float4 s = make_float4(acc[0][ni][0], acc[0][ni][1], acc[0][ni][2], acc[0][ni][3]);
+    float4* slot = reinterpret_cast<float4*>(sum) + (warp * (KT / 8) + ni) * 32 + lane;
+    if (!first) {
+      const float4 p = *slot;
+      s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
+    }
+    if (!last) {
+      *slot = s;
+      continue;
+    }
+    if (!dst) continue;
+    const int col = ni * 8 + frag_col(lane, 0);
+    const int r0 = m0 + frag_row(lane, 0), r1 = m0 + frag_row(lane, 2);
+    if (col < d.K) {
+      if (t0 + r0 < d.T) *reinterpret_cast<uint32_t*>(dst + int64_t(t0 + r0) * row_stride + col) = pack_bf16(s.x, s.y);
+      if (t0 + r1 < d.T) *reinterpret_cast<uint32_t*>(dst + int64_t(t0 + r1) * row_stride + col) = pack_bf16(s.z, s.w);
+    }
+  }
+}
+
+struct BackwardArgs {
+  const bf16x *q, *k, *v, *dout;
+  const float *G, *gam, *kd;
+  const float* states;  // (B, H, NC + 1, K, V): slot c = S_c
+  const float* D;       // (B, H, NC + 1, K, V): slot c + 1 = D_c
+  bf16x *dq, *dk, *dv;  // null when not wanted
+  float* dg;            // (B, T, H) or null
+  float scale;
+};
+
+// B3 of mamba2.md 4.3 for one chunk of one q/k group, over the group's heads in order. Grid (NC, B Gq).
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
+  bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
+  bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
+  bf16x* sDO = sV + kC * (VT + 8);              // [64][VT + 8]
+  bf16x* sS = sDO + kC * (VT + 8);              // [KT][VT + 8]
+  bf16x* sD = sS + KT * (VT + 8);               // [KT][VT + 8]
+  bf16x* sP = sD + KT * (VT + 8);               // [64][kLdP]  scale L .* (Q @ K^T)
+  bf16x* sdP = sP + kC * kLdP;                  // [64][kLdP]  scale (dO @ V^T) .* L
+  float* sG = reinterpret_cast<float*>(sdP + kC * kLdP);
+  float* sGam = sG + kC;
+  float* sKd = sGam + kC;
+  float* sDg = sKd + kC;
+  float* sRed = sDg + kC;                        // kWarps (+ pad to 16 bytes)
+  float* sSumQ = sRed + 4;                       // [kWarps][KT / 8][32][4] when hpg > 1
+  float* sSumK = sSumQ + kWarps * KT * 16;
+  const int c = blockIdx.x, bg = blockIdx.y, b = bg / d.Gq, grp = bg % d.Gq, t0 = c * kC;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  const int64_t qk_row = int64_t(d.Gq) * d.K, v_row = int64_t(d.H) * d.V;
+  const int64_t qk_off = (int64_t(b) * d.T * d.Gq + grp) * d.K;
+  load_rows<KT>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<KT>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  const int n = min(kC, d.T - t0);  // valid tokens of the chunk
+  for (int hi = 0; hi < d.hpg; ++hi) {
+    const int h = grp * d.hpg + hi, bh = b * d.H + h;
+    const int64_t z = int64_t(bh) * d.NC + c;
+    const int64_t KV = int64_t(d.K) * d.V;
+    __syncthreads();  // the previous head is done with every tile
+    load_vec(sG, a.G + z * kC);
+    load_vec(sGam, a.gam + z * kC);
+    load_vec(sKd, a.kd + z * kC);
+    load_rows<VT>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
+    load_rows<VT>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
+    const float* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
+    const float* Dc = a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV;
+    load_state<KT, VT>(sS, Sc, d.K, d.V, nullptr);
+    // <S_{c+1}, D_c> in fp32 for the last row of dG.
+    const float inner = block_sum(load_state<KT, VT>(sD, Dc, d.K, d.V, a.dg ? Sc + KV : nullptr), sRed);  // + barrier
+
+    {  // dP and P of the warp's rows (Q @ K^T is recomputed per head: holding it costs occupancy)
+      float x[1][kC / 8][4];
+      zero(x);
+      warp_mma<1, kC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
+      store_masked(sdP, x, sG, a.scale, m0, lane);
+      zero(x);
+      warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+      store_masked(sP, x, sG, a.scale, m0, lane);
+    }
+    __syncthreads();  // dP^T and P^T read every row
+
+    float dg_rows[2] = {0.f, 0.f};
+    {  // dQ_h = scale gam .* (dO @ S^T) + dP @ K
+      float acc[1][KT / 8][4];
+      zero(acc);
+      warp_mma<1, KT / 8, VT, false, true>(acc, sDO, VT + 8, m0, sS, VT + 8, 0, lane);
+#pragma unroll
+      for (int ni = 0; ni < KT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][ni][e] *= a.scale * sGam[m0 + frag_row(lane, e)];
+      warp_mma<1, KT / 8, kC, false, false>(acc, sdP, kLdP, m0, sK, KT + 8, 0, lane);
+      float rd[2];
+      rowdot<KT / 8>(rd, acc, sQ, KT + 8, m0, lane);
+      dg_rows[0] += rd[0], dg_rows[1] += rd[1];
+      group_accumulate<KT>(acc, sSumQ, hi == 0, hi == d.hpg - 1, a.dq ? a.dq + qk_off : nullptr, qk_row, t0, d, m0,
+                           lane);
+    }
+    {  // dK_h = kd .* (V @ D^T) + dP^T @ Q
+      float acc[1][KT / 8][4];
+      zero(acc);
+      warp_mma<1, KT / 8, VT, false, true>(acc, sV, VT + 8, m0, sD, VT + 8, 0, lane);
+#pragma unroll
+      for (int ni = 0; ni < KT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
+      warp_mma<1, KT / 8, kC, true, false>(acc, sdP, kLdP, m0, sQ, KT + 8, 0, lane);
+      float rd[2];
+      rowdot<KT / 8>(rd, acc, sK, KT + 8, m0, lane);
+      dg_rows[0] -= rd[0], dg_rows[1] -= rd[1];
+      group_accumulate<KT>(acc, sSumK, hi == 0, hi == d.hpg - 1, a.dk ? a.dk + qk_off : nullptr, qk_row, t0, d, m0,
+                           lane);
+    }
+    if (a.dv) {  // dV_h = kd .* (K @ D) + P^T @ dO
+      float acc[1][VT / 8][4];
+      zero(acc);
+      warp_mma<1, VT / 8, KT, false, false>(acc, sK, KT + 8, m0, sD, VT + 8, 0, lane);
+#pragma unroll
+      for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
+      warp_mma<1, VT / 8, kC, true, false>(acc, sP, kLdP, m0, sDO, VT + 8, 0, lane);
+      bf16x* dvb = a.dv + (int64_t(b) * d.T * d.H + h) * d.V;
+#pragma unroll
+      for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+          if (t0 + r < d.T && col < d.V)
+            *reinterpret_cast<uint32_t*>(dvb + int64_t(t0 + r) * v_row + col) =
+                pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
+        }
+    }
+    if (a.dg) {
+      if (lane % 4 == 0) {
+        const int r0 = m0 + lane / 4;
+        sDg[r0] = dg_rows[0] + (r0 == n - 1 ? inner : 0.f);
+        sDg[r0 + 8] = dg_rows[1] + (r0 + 8 == n - 1 ? inner : 0.f);
+      }
+      __syncthreads();
+      if (warp == 0) {  // reverse cumsum over the valid tokens: lane l holds rows 63 - 2l and 62 - 2l
+        const int ra = kC - 1 - 2 * lane, rb = ra - 1;
+        const float xa = ra < n ? sDg[ra] : 0.f, xb = rb < n ? sDg[rb] : 0.f;
+        float s = xa + xb;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const float u = __shfl_up_sync(0xffffffffu, s, o);
+          if (lane >= o) s += u;
+        }
+        // s = sum of rows >= rb; row ra's suffix excludes row rb.
+        float* dgb = a.dg + int64_t(b) * d.T * d.H + h;
+        if (ra < n) dgb[int64_t(t0 + ra) * d.H] = s - xb;
+        if (rb < n) dgb[int64_t(t0 + rb) * d.H] = s;
+      }
+    }
+  }
+}
+
+template <int KT, int VT>
+size_t forward_smem() {
+  return size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * (VT + 8) + kC * kLdP) * 2 + 2 * kC * sizeof(float);
+}
+template <int KT, int VT>
+size_t outer_smem() {
+  return size_t(kC * (KT + 8) + kC * (VT + 8)) * 2 + kC * sizeof(float);
+}
+template <int KT, int VT>
+size_t backward_smem(int hpg) {
+  const size_t tiles = size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * KT * (VT + 8) + 2 * kC * kLdP) * 2;
+  const size_t vecs = (4 * kC + 4) * sizeof(float);
+  return tiles + vecs + (hpg > 1 ? size_t(2) * kWarps * KT * 16 * sizeof(float) : 0);
+}
+
+int max_smem(int device) {
+  static std::array<std::atomic<int>, 64> cache{};  // 0: not asked yet
+  HYB_CHECK(device >= 0 && device < int(cache.size()), "simple_gla: device index ", device, " out of range");
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    HYB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+template <typename F>
+void set_smem(F* kernel, size_t bytes) {
+  HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+// Calls f with the tile widths of K and V.
+template <typename F>
+void visit_tiles(int64_t K, int64_t V, F&& f) {
+  if (K <= 64 && V <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
+  if (K <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
+  if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
+}
+
+const bf16x* bp(const Tensor& t) { return reinterpret_cast<const bf16x*>(t.data<bf16>()); }
+bf16x* bp_mut(const Tensor& t) { return t.defined() ? reinterpret_cast<bf16x*>(t.data<bf16>()) : nullptr; }
+
+Dims dims_of(const SimpleGlaDims& sd, const ChunkDims& cd) {
+  return {int(sd.B), int(sd.T), int(sd.H), int(sd.Gq), int(sd.heads_per_group), int(sd.K), int(sd.V), int(cd.NC)};
+}
+
+void launch_outer(const Tensor& x, int xdiv, const Tensor& y, const float* rs, const ChunkBuffer& out, int slot_off,
+                  float alpha, const Dims& d, cudaStream_t stream) {
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const size_t smem = outer_smem<KT, VT>();
+    set_smem(outer_kernel<KT, VT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.H));
+    outer_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(x), xdiv, bp(y), rs, out.data(), slot_off, alpha, d);
+    HYB_CUDA_LAUNCH_CHECK("simple_gla outer_kernel", grid, kThreads, smem);
+  });
+}
+
+void state_scan(const ChunkBuffer& states, const Tensor& Glast, bool reverse, const Dims& d, cudaStream_t stream) {
+  const int64_t BH = int64_t(d.B) * d.H, KV4 = int64_t(d.K) * d.V / 4, n = BH * KV4;
+  if (n == 0 || d.NC == 0) return;
+  constexpr int kScanThreads = 256;
+  const unsigned blocks = unsigned((n + kScanThreads - 1) / kScanThreads);
+  if (reverse)
+    state_scan_kernel<true><<<blocks, kScanThreads, 0, stream>>>(states.data(), Glast.data<float>(), BH, d.NC, KV4);
+  else
+    state_scan_kernel<false><<<blocks, kScanThreads, 0, stream>>>(states.data(), Glast.data<float>(), BH, d.NC, KV4);
+  HYB_CUDA_LAUNCH_CHECK("simple_gla state_scan_kernel", blocks, kScanThreads, 0);
+}
+
+struct Gates {
+  Tensor G, gam, kd;  // (B, H, NC, 64) f32
+  Tensor Glast;       // (B, H, NC) f32
+};
+
+Gates run_gates(const Tensor& g, const Dims& d, Device dev, cudaStream_t stream) {
+  const int64_t chunks = int64_t(d.B) * d.H * d.NC;
+  const Shape vec{d.B, d.H, d.NC, kC};
+  Gates r{Tensor::empty(vec, DType::f32, dev), Tensor::empty(vec, DType::f32, dev), Tensor::empty(vec, DType::f32, dev),
+          Tensor::empty({d.B, d.H, d.NC}, DType::f32, dev)};
+  constexpr int kGateThreads = 256;
+  const unsigned blocks = unsigned((chunks * 32 + kGateThreads - 1) / kGateThreads);
+  gates_kernel<<<blocks, kGateThreads, 0, stream>>>(g.data<float>(), r.G.data<float>(), r.gam.data<float>(),
+                                                    r.kd.data<float>(), r.Glast.data<float>(), d.T, d.H, d.NC, chunks);
+  HYB_CUDA_LAUNCH_CHECK("simple_gla gates_kernel", blocks, kGateThreads, 0);
+  return r;
+}
+
+struct Scan {
+  Gates gates;
+  ChunkBuffer states;  // slot c = S_c, slot NC = S_T
+};
+
+Scan run_scan(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& S0, const ChunkDims& cd, const Dims& d,
+              cudaStream_t stream) {
+  Scan s{run_gates(g, d, cd.device, stream), ChunkBuffer(cd, cd.NC + 1, d.K, d.V)};
+  chunk_slot_load(s.states, 0, S0);
+  launch_outer(k, d.hpg, v, s.gates.kd.data<float>(), s.states, 1, 1.f, d, stream);
+  state_scan(s.states, s.gates.Glast, false, d, stream);
+  return s;
+}
+
+bool aligned16(const Tensor& t) { return is_aligned(t.raw_data(), 16); }
+
+// The kernels read rows with 16-byte loads: a contiguous tensor with a 16-byte aligned base (a view
+// at an odd offset, Mamba2's split of x B C for instance, is copied).
+Tensor rows16(const Tensor& t) {
+  Tensor c = t.contiguous();
+  return aligned16(c) ? c : c.clone();
+}
+
+}  // namespace
+
+bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
+                                int64_t hpg) {
+  // HYBRID_SIMPLE_GLA_FUSED=0 keeps bf16 on the toolkit sequence (A/B timing, bisecting a mismatch).
+  static const bool enabled = [] {
+    const char* e = std::getenv("HYBRID_SIMPLE_GLA_FUSED");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || T < 1) return false;
+  if (K > 128 || V > 128 || K % 8 != 0 || V % 8 != 0) return false;
+  size_t need = 0;
+  visit_tiles(K, V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    need = std::max({forward_smem<KT, VT>(), outer_smem<KT, VT>(), backward_smem<KT, VT>(int(hpg))});
+  });
+  return need <= size_t(max_smem(q.device().index));
+}
+
+SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g0,
+                                          const Tensor& S00, double scale) {
+  const SimpleGlaDims sd = simple_gla_dims("simple_gla_forward", q0, k0, v0, g0, S00);
+  const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0);
+  const Tensor g = g0.contiguous(), S0 = S00.defined() ? S00.contiguous() : Tensor();
+  const Device dev = q.device();
+  const ChunkDims cd = chunk_dims(sd.B, sd.T, sd.H, dev);
+  const Dims d = dims_of(sd, cd);
+  cudaStream_t stream = current_stream(dev.index);
+  SimpleGlaOutputs r{Tensor::empty({sd.B, sd.T, sd.H, sd.V}, q.dtype(), dev),
+                     Tensor::empty({sd.B, sd.H, sd.K, sd.V}, DType::f32, dev)};
+  const Scan s = run_scan(k, v, g, S0, cd, d, stream);
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const size_t smem = forward_smem<KT, VT>();
+    set_smem(forward_kernel<KT, VT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.H));
+    forward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(q), bp(k), bp(v), s.gates.G.data<float>(),
+                                                              s.gates.gam.data<float>(), s.states.data(), bp_mut(r.o),
+                                                              float(scale), d);
+    HYB_CUDA_LAUNCH_CHECK("simple_gla forward_kernel", grid, kThreads, smem);
+  });
+  chunk_slot_store(r.final_state, s.states, cd.NC);
+  return r;
+}
+
+SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor& dout0, const Tensor& dfinal0,
+                                         GradMask needed) {
+  const SimpleGlaDims sd = simple_gla_dims("simple_gla_backward", sv.q, sv.k, sv.v, sv.g, sv.S0);
+  const Tensor g = sv.g.contiguous(), S0 = sv.S0.defined() ? sv.S0.contiguous() : Tensor();
+  const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
+  const Tensor dfinal = dfinal0.defined() ? dfinal0.contiguous() : Tensor();
+  const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(sd.K));
+  const Device dev = sv.q.device();
+  const ChunkDims cd = chunk_dims(sd.B, sd.T, sd.H, dev);
+  const Dims d = dims_of(sd, cd);
+  cudaStream_t stream = current_stream(dev.index);
+  SimpleGlaGrads out;
+  // dg needs dQ_h and dK_h, which the kernel forms whether or not dq and dk are written.
+  if (needed[0]) out.dq = Tensor::empty(sv.q.shape(), DType::bf16, dev);
+  if (needed[1]) out.dk = Tensor::empty(sv.k.shape(), DType::bf16, dev);
+  if (needed[2]) out.dv = Tensor::empty(sv.v.shape(), DType::bf16, dev);
+  if (needed[3]) out.dg = Tensor::empty(g.shape(), DType::f32, dev);
+  const Scan s = run_scan(k, v, g, S0, cd, d, stream);  // B1
+
+  ChunkBuffer D(cd, cd.NC + 1, d.K, d.V);  // B2: afterwards slot c + 1 = D_c, slot 0 = dS0
+  launch_outer(q, d.hpg, dout, s.gates.gam.data<float>(), D, 0, float(scale), d, stream);
+  chunk_slot_load(D, cd.NC, dfinal);
+  state_scan(D, s.gates.Glast, true, d, stream);
+
+  if (needed[0] || needed[1] || needed[2] || needed[3]) {
+    BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), s.gates.G.data<float>(), s.gates.gam.data<float>(),
+                   s.gates.kd.data<float>(),
+                   s.states.data(), D.data(), bp_mut(out.dq), bp_mut(out.dk), bp_mut(out.dv),
+                   out.dg.defined() ? out.dg.data<float>() : nullptr, float(scale)};
+    visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+      constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+      const size_t smem = backward_smem<KT, VT>(d.hpg);
+      set_smem(backward_kernel<KT, VT>, smem);
+      const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Gq));
+      backward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("simple_gla backward_kernel", grid, kThreads, smem);
+    });
+  }
+  if (needed[4] && S0.defined()) {
+    out.dS0 = Tensor::empty(S0.shape(), DType::f32, dev);
+    chunk_slot_store(out.dS0, D, 0);
+  }
+  return out;
+}
+
+}  // namespace hyb
