@@ -776,9 +776,121 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
 }
 
 
+// Chunk-parallel state scan, step 1 (4.2): the increment of chunk c, Kc^T (S .* Rem) in the generic form
+//   inc[p, m] = sum_i x_i[p] s_i[m] exp(bl[m] - b_i[m]),
+// written to XS slot c + 1 for scan_chunks_kernel. One block per (b, kv head, chunk).
+size_t state_inc_smem(const Sizes& z, int P) { return size_t(tile_floats(P) + tile_floats(z.M)) * sizeof(float); }
+
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P, const E* __restrict__ x,
+                                                                  const float* __restrict__ s,
+                                                                  const float* __restrict__ bc, float* __restrict__ XS) {
+  extern __shared__ float sm[];
+  const int M = int(z.M);
+  SMat Xt{sm, smem_ld(P)};
+  SMat SR{Xt.p + tile_floats(P), smem_ld(M)};
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm);
+  const float* bz = bc + blk * C * M;
+  load_rows(z, x, b, c * C, n, j, z.Hkv, P, 1.f, Xt);
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+    const int i = e / M, m = e % M;
+    SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * __expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
+  }
+  __syncthreads();
+  float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
+  tile_mm(P, M, C, [&](int p, int i) { return Xt(i, p); }, [&](int i, int m) { return SR(i, m); },
+          [&](int p, int m, float acc) { inc[int64_t(p) * M + m] = acc; });
+}
+
+// Reverse-scan increments of chunk c (4.3): sum over the rows i of the chunk and the group of
+//   inc[p, m] = yscale y_ih[p] w_ih[m] exp(b_i[m])     (query t = cC + i + shift),
+// written to dXE slot c for scan_chunks_kernel. One block per (b, kv head, chunk).
+size_t read_inc_smem(const Sizes& z, int P) { return state_inc_smem(z, P); }
+
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads) read_inc_kernel(Sizes z, int P, const E* __restrict__ y, float yscale,
+                                                                 const float* __restrict__ w,
+                                                                 const float* __restrict__ bc, float* __restrict__ dXE) {
+  extern __shared__ float sm[];
+  const int M = int(z.M);
+  SMat Yt{sm, smem_ld(P)};
+  SMat WD{Yt.p + tile_floats(P), smem_ld(M)};
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm);
+  const float* bz = bc + blk * C * M;
+  float* inc = dXE + blk * int64_t(P) * M;
+  for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
+    __syncthreads();  // the previous head's readers are done
+    load_rows(z, y, b, c * C + z.shift, n, h, z.Hq, P, yscale, Yt);
+    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+      const int i = e / M, m = e % M;
+      WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * __expf(bz[i * M + m]) : 0.f;
+    }
+    __syncthreads();
+    const bool first = h == j * z.G;
+    tile_mm(P, M, C, [&](int p, int i) { return Yt(i, p); }, [&](int i, int m) { return WD(i, m); },
+            [&](int p, int m, float acc) {
+              float& o = inc[int64_t(p) * M + m];
+              o = first ? acc : o + acc;
+            });
+  }
+}
+
+// Step 2 of both scans, one thread per (b, kv head, p, m); slots[c] holds chunk c's increment on entry.
+//   forward (slots = XS + 1): X_0 = X0;   X_{c+1} = X_c .*c exp(bl_c) + inc_c;   XS[c] = X_c, XS[NC] = X_NC
+//   reverse (slots = dXE):    dX = dX_T;  for c = NC-1 .. 0: dXE[c] = dX, dX = dX .*c exp(bl_c) + inc_c
+// then (reverse) the rows t < shift that read the initial memory add theirs, and dX0 = dX.
+// X0, dXT, dX0 are (P, M) or, slot_major, (M, P).
+template <typename E>
+__global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __restrict__ bc,
+                                   const float* __restrict__ X0, bool slot_major, float* __restrict__ slots,
+                                   const E* __restrict__ y, float yscale, const float* __restrict__ w,
+                                   float* __restrict__ dX0) {
+  const int M = int(z.M);
+  const int64_t bj = blockIdx.x, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int64_t e = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (e >= int64_t(P) * M) return;
+  const int p = int(e / M), m = int(e % M);
+  const int64_t ext = slot_major ? int64_t(m) * P + p : e, PM = int64_t(P) * M;
+  float X = X0 ? X0[bj * PM + ext] : 0.f;
+  if (!reverse) {
+    float* XS = slots + bj * (z.NC + 1) * PM;
+    for (int64_t c = 0; c < z.NC; ++c) {
+      const float inc = XS[(c + 1) * PM + e];
+      XS[c * PM + e] = X;
+      X = X * __expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
+    }
+    XS[z.NC * PM + e] = X;
+    return;
+  }
+  float* dXE = slots + bj * z.NC * PM;
+  for (int64_t c = z.NC - 1; c >= 0; --c) {
+    const float inc = dXE[c * PM + e];
+    dXE[c * PM + e] = X;
+    X = X * __expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
+  }
+  for (int64_t t = 0; t < std::min(z.shift, z.T); ++t)
+    for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
+      const int64_t row = tok(z, b, t, h, z.Hq);
+      X += yscale * to_f32(y[row * P + p]) * w[row * M + m];
+    }
+  if (dX0) dX0[bj * PM + ext] = X;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side
 // ---------------------------------------------------------------------------------------------
+
+// The chunk kernels of the GSA row side: no window, no token shift, and their tiles fit in shared memory.
+bool gsa_chunk_path(const Sizes& z, const Device& dev, size_t smem) {
+  return z.window == 0 && z.shift == 0 && z.M > 0 && smem <= cuda_device_props(dev.index).smem_per_block_optin;
+}
+
+template <typename K>
+void allow_smem(K kernel, size_t smem) {
+  HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
 
 struct Memory {
   Tensor bc, X1S, X2S;  // (B, Hkv, NC, C, M), (B, Hkv, NC + 1, D, M), (B, Hkv, NC + 1, Dv, M)
@@ -800,9 +912,30 @@ Memory memory_states(const SlotAttentionArgs& a, const Sizes& z) {
     cumsum_kernel<<<unsigned(z.B * z.Hkv * z.NC), mt, 0, st>>>(z, fptr(a.g), fptr(mem.bc));
     HYB_CUDA_LAUNCH_CHECK("slot_attention cumsum_kernel", z.B * z.Hkv * z.NC, mt, 0);
   }
+  const size_t smem1 = state_inc_smem(z, int(z.D)), smem2 = state_inc_smem(z, int(z.Dv));
+  const bool chunked = std::max(smem1, smem2) <= cuda_device_props(dev.index).smem_per_block_optin;
   visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
     const dim3 g1(unsigned(z.B * z.Hkv), state_tiles(z.D, z.M)), g2(unsigned(z.B * z.Hkv), state_tiles(z.Dv, z.M));
+    if (chunked) {
+      const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
+      allow_smem(state_inc_kernel<E>, std::max(smem1, smem2));
+      if (blocks > 0) {
+        state_inc_kernel<E><<<blocks, kChunkThreads, smem1, st>>>(z, int(z.D), eptr<E>(a.k), fptr(a.s), fptr(mem.bc),
+                                                                 fptr(mem.X1S));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention state_inc_kernel (Hk)", blocks, kChunkThreads, smem1);
+        state_inc_kernel<E><<<blocks, kChunkThreads, smem2, st>>>(z, int(z.Dv), eptr<E>(a.v), fptr(a.s), fptr(mem.bc),
+                                                                 fptr(mem.X2S));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention state_inc_kernel (Hv)", blocks, kChunkThreads, smem2);
+      }
+      scan_chunks_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), false, fptr(mem.bc), fptr(a.HK0), false,
+                                                          fptr(mem.X1S), nullptr, 0.f, nullptr, nullptr);
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (Hk)", g1, kStateThreads, 0);
+      scan_chunks_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), false, fptr(mem.bc), fptr(a.HV0), true,
+                                                          fptr(mem.X2S), nullptr, 0.f, nullptr, nullptr);
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (Hv)", g2, kStateThreads, 0);
+      return;
+    }
     state_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.k), fptr(a.s), fptr(mem.bc), fptr(a.HK0),
                                                    false, fptr(mem.X1S));
     HYB_CUDA_LAUNCH_CHECK("slot_attention state_kernel (Hk)", g1, kStateThreads, 0);
@@ -829,16 +962,6 @@ void check_args(const SlotAttentionArgs& a, const Sizes& z) {
   HYB_CHECK(z.window == 0 || (a.qr.defined() && a.kr.defined()), "slot_attention (cuda): a window needs qr and kr");
   HYB_CHECK(z.G * C * 2 * 4 + z.M * 4 <= 48 * 1024, "slot_attention (cuda): ", z.G,
             " query heads per kv head exceed the shared memory of the gradient kernel");
-}
-
-// The chunk kernels of the GSA row side: no window, no token shift, and their tiles fit in shared memory.
-bool gsa_chunk_path(const Sizes& z, const Device& dev, size_t smem) {
-  return z.window == 0 && z.shift == 0 && z.M > 0 && smem <= cuda_device_props(dev.index).smem_per_block_optin;
-}
-
-template <typename K>
-void allow_smem(K kernel, size_t smem) {
-  HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
 }
 
 }  // namespace
@@ -944,12 +1067,32 @@ SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, cons
     if (z.M == 0) return;
     const float scale = float(a.scale);
     const dim3 g1(unsigned(z.B * z.Hkv), state_tiles(z.D, z.M)), g2(unsigned(z.B * z.Hkv), state_tiles(z.Dv, z.M));
-    reverse_scan_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1), fptr(mem.bc),
-                                                          fptr(dHKT), false, fptr(dX1E), fptr(gr.dHK0));
-    HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hk)", g1, kStateThreads, 0);
-    reverse_scan_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2), fptr(mem.bc),
-                                                          fptr(dHVT), true, fptr(dX2E), fptr(gr.dHV0));
-    HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hv)", g2, kStateThreads, 0);
+    const size_t rsmem1 = read_inc_smem(z, int(z.D)), rsmem2 = read_inc_smem(z, int(z.Dv));
+    if (std::max(rsmem1, rsmem2) <= cuda_device_props(dev.index).smem_per_block_optin) {
+      const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
+      allow_smem(read_inc_kernel<E>, std::max(rsmem1, rsmem2));
+      if (blocks > 0) {
+        read_inc_kernel<E><<<blocks, kChunkThreads, rsmem1, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1),
+                                                                  fptr(mem.bc), fptr(dX1E));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention read_inc_kernel (Hk)", blocks, kChunkThreads, rsmem1);
+        read_inc_kernel<E><<<blocks, kChunkThreads, rsmem2, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2),
+                                                                  fptr(mem.bc), fptr(dX2E));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention read_inc_kernel (Hv)", blocks, kChunkThreads, rsmem2);
+      }
+      scan_chunks_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), true, fptr(mem.bc), fptr(dHKT), false,
+                                                          fptr(dX1E), eptr<E>(a.q), scale, fptr(W1), fptr(gr.dHK0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (dHk)", g1, kStateThreads, 0);
+      scan_chunks_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), true, fptr(mem.bc), fptr(dHVT), true,
+                                                          fptr(dX2E), eptr<E>(dout), 1.f, fptr(W2), fptr(gr.dHV0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (dHv)", g2, kStateThreads, 0);
+    } else {
+      reverse_scan_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1), fptr(mem.bc),
+                                                            fptr(dHKT), false, fptr(dX1E), fptr(gr.dHK0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hk)", g1, kStateThreads, 0);
+      reverse_scan_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2), fptr(mem.bc),
+                                                            fptr(dHVT), true, fptr(dX2E), fptr(gr.dHV0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hv)", g2, kStateThreads, 0);
+    }
     if (z.NC == 0) return;
     const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
     const size_t smem1 = chunk_grad_smem(z, int(z.D)), smem2 = chunk_grad_smem(z, int(z.Dv));
