@@ -531,8 +531,30 @@ __device__ void load_block(const float* src, int rows, int cols, SMat dst) {
   for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) dst(e / cols, e % cols) = src[e];
 }
 
+// 4.1 rule 3, fast path: when the chunk's decay range max_m(-bl[m]) is at most kRefRange, every pairwise
+// factor is split around ref[m] = bl[m] / 2 as exp(b_i - ref) exp(ref - b_j), both factors within
+// e^(+-kRefRange/2) (safe in fp32), so the gated products become plain ones on pre-scaled operands and
+// need no exp per pair. Otherwise the elementwise forms of slot_chunk_tiles.cuh run.
+constexpr float kRefRange = 60.f;
+
+__device__ bool mid_reference_ok(SMat bz, int M) {
+  float range = 0.f;
+  for (int m = 0; m < M; ++m) range = fmaxf(range, -bz(C - 1, m));
+  return range <= kRefRange;  // false for NaN gates too
+}
+
+__device__ __forceinline__ float mid_ref(SMat bz, int m) { return 0.5f * bz(C - 1, m); }
+
+// Sp = S .* exp(ref - b), the key-side operand of the fast path.
+__device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+    const int i = e / M, m = e % M;
+    Sp(i, m) = Ss(i, m) * __expf(mid_ref(bz, m) - bz(i, m));
+  }
+}
+
 size_t chunk_forward_smem(const Sizes& z) {
-  return size_t(2 * tile_floats(z.D) + tile_floats(z.Dv) + 3 * tile_floats(z.M) + tile_floats(C) +
+  return size_t(2 * tile_floats(z.D) + tile_floats(z.Dv) + 4 * tile_floats(z.M) + tile_floats(C) +
                 std::max(z.D, z.Dv) * smem_ld(int(z.M))) * sizeof(float);
 }
 
@@ -550,7 +572,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
   SMat Zs{Bz.p + tile_floats(M), smem_ld(M)};
   SMat As{Zs.p + tile_floats(M), smem_ld(C)};
-  SMat Xs{As.p + tile_floats(C), smem_ld(M)};  // HkS, later HvS^T: (feature, slot)
+  SMat Sp{As.p + tile_floats(C), smem_ld(M)};
+  SMat Xs{Sp.p + tile_floats(M), smem_ld(M)};  // HkS, later HvS^T: (feature, slot)
   const int64_t blk = blockIdx.x, c = blk % z.NC, bh = blk / z.NC, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
   const int n = chunk_tokens(c, z.T);
   const int64_t t0 = c * C, bjc = (b * z.Hkv + j) * z.NC + c, bjs = (b * z.Hkv + j) * (z.NC + 1) + c;
@@ -562,13 +585,19 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   load_block(in.bc + bjc * C * M, C, M, Bz);
   load_block(in.X1S + bjs * int64_t(D) * M, D, M, Xs);
   __syncthreads();
+  const bool fast = mid_reference_ok(Bz, M);
+  if (fast) scale_to_ref(Ss, Bz, M, Sp);
   tile_mm(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
   tile_mm(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
           [&](int r, int m, float acc) { Zs(r, m) = scale * acc * __expf(Bz(r, m)); });
   __syncthreads();
-  tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                         [&](int r, int m, float acc) { Zs(r, m) += acc; });
+  if (fast)
+    tile_mm(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+            [&](int r, int m, float acc) { Zs(r, m) += acc * __expf(Bz(r, m) - mid_ref(Bz, m)); });
+  else
+    tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+                           [&](int r, int m, float acc) { Zs(r, m) += acc; });
   __syncthreads();
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
   for (int i = warp; i < C; i += warps) {
@@ -587,10 +616,19 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   }
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
-  tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                   [&](int r, int x, float acc) { As(r, x) = acc; });
+  if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
+    for (int e = threadIdx.x; e < C * M; e += blockDim.x)
+      Zs(e / M, e % M) *= __expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
+    __syncthreads();
+    tile_mm(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+            [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+  } else {
+    tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+                     [&](int r, int x, float acc) { As(r, x) = acc; });
+  }
   __syncthreads();
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) Zs(e / M, e % M) *= __expf(Bz(e / M, e % M));
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
+    Zs(e / M, e % M) *= __expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
   __syncthreads();
   tile_mm2(C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
            [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
@@ -600,7 +638,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
 }
 
 size_t chunk_backward_rows_smem(const Sizes& z) {
-  return size_t(2 * tile_floats(z.D) + 2 * tile_floats(z.Dv) + 5 * tile_floats(z.M) + tile_floats(C) +
+  return size_t(2 * tile_floats(z.D) + 2 * tile_floats(z.Dv) + 6 * tile_floats(z.M) + tile_floats(C) +
                 std::max(z.D, z.Dv) * smem_ld(int(z.M))) * sizeof(float);
 }
 
@@ -618,7 +656,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   SMat dOs{Vs.p + tile_floats(Dv), smem_ld(Dv)};
   SMat Ss{dOs.p + tile_floats(Dv), smem_ld(M)};
   SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
-  SMat Zs{Bz.p + tile_floats(M), smem_ld(M)};   // Z, later dZ
+  SMat Sp{Bz.p + tile_floats(M), smem_ld(M)};
+  SMat Zs{Sp.p + tile_floats(M), smem_ld(M)};   // Z, later dZ (times exp(b - ref) on the fast path)
   SMat Ps{Zs.p + tile_floats(M), smem_ld(M)};   // P
   SMat dPs{Ps.p + tile_floats(M), smem_ld(M)};  // dP, later dZ .* Dec
   SMat As{dPs.p + tile_floats(M), smem_ld(C)};  // A1, dA2, dA1 in turn
@@ -636,13 +675,23 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   load_block(in.bc + bjc * C * M, C, M, Bz);
   load_block(X1, D, M, Xs);
   __syncthreads();
+  const bool fast = mid_reference_ok(Bz, M);
+  if (fast) scale_to_ref(Ss, Bz, M, Sp);
+  // Key-side gated product of the rows (Zi, dPi): into dst, added.
+  auto gated_rows = [&](SMat dst) {
+    if (fast)
+      tile_mm(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+              [&](int r, int m, float acc) { dst(r, m) += acc * __expf(Bz(r, m) - mid_ref(Bz, m)); });
+    else
+      tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); },
+                             Bz, [&](int r, int m, float acc) { dst(r, m) += acc; });
+  };
   tile_mm(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
   tile_mm(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
           [&](int r, int m, float acc) { Zs(r, m) = scale * acc * __expf(Bz(r, m)); });
   __syncthreads();
-  tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                         [&](int r, int m, float acc) { Zs(r, m) += acc; });
+  gated_rows(Zs);
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
@@ -655,8 +704,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   tile_mm(C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
           [&](int r, int m, float acc) { dPs(r, m) = acc * __expf(Bz(r, m)); });
   __syncthreads();
-  tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                         [&](int r, int m, float acc) { dPs(r, m) += acc; });
+  gated_rows(dPs);
   __syncthreads();
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
   for (int i = warp; i < C; i += warps) {
@@ -671,14 +719,18 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
         gr.W2[row * M + m] = P;
         gr.RB[row * M + m] = Zs(i, m) * dZ + P * dP;
       }
-      Zs(i, m) = dZ;
+      Zs(i, m) = fast ? dZ * __expf(Bz(i, m) - mid_ref(Bz, m)) : dZ;
       dPs(i, m) = dZ * __expf(Bz(i, m));
     }
   }
   __syncthreads();
   load_block(X1, D, M, Xs);
-  tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                   [&](int r, int x, float acc) { As(r, x) = acc; });
+  if (fast)
+    tile_mm(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+            [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+  else
+    tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+                     [&](int r, int x, float acc) { As(r, x) = acc; });
   __syncthreads();
   tile_mm2(C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
            [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
@@ -688,7 +740,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
 }
 
 size_t chunk_grad_smem(const Sizes& z, int P) {
-  return size_t(3 * tile_floats(P) + 4 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) *
+  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) *
          sizeof(float);
 }
 
@@ -716,7 +768,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   SMat dXs{Ys.p + tile_floats(P), smem_ld(P)};  // dx accumulator
   SMat Ss{dXs.p + tile_floats(P), smem_ld(M)};
   SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
-  SMat Ws{Bz.p + tile_floats(M), smem_ld(M)};   // w of one head, later S .* Rem
+  SMat Sp{Bz.p + tile_floats(M), smem_ld(M)};
+  SMat Ws{Sp.p + tile_floats(M), smem_ld(M)};   // w of one head (times exp(b - ref) on the fast path), later S .* Rem
   SMat dSs{Ws.p + tile_floats(M), smem_ld(M)};  // ds accumulator
   SMat Ds{dSs.p + tile_floats(M), smem_ld(C)};  // dots
   SMat Cf{Ds.p + tile_floats(C), smem_ld(C)};   // coef
@@ -737,20 +790,37 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   load_block(dXc, P, M, dE);
   for (int e = threadIdx.x; e < C * P; e += blockDim.x) dXs(e / P, e % P) = 0.f;
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) dSs(e / M, e % M) = 0.f;
+  __syncthreads();
+  // Fast path: coef = tril(Wp Sp^T) and ds = exp(ref - b_u) .* (dots^T Wp) with Wp = W .* exp(b - ref); dSs
+  // holds the sum without the exp(ref - b_u) factor until the end.
+  const bool fast = mid_reference_ok(Bz, M);
+  if (fast) scale_to_ref(Ss, Bz, M, Sp);
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();  // the previous head's readers of Ys, Ws, Ds, Cf are done
     load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, yscale, Ys);
-    load_rows(z, w, b, t0 + z.shift, n, h, z.Hq, M, 1.f, Ws);
+    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+      const int i = e / M, m = e % M;
+      const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
+      Ws(i, m) = fast ? wv * __expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
+    }
     __syncthreads();
     tile_mm(C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
             [&](int r, int u, float acc) { Ds(r, u) = u <= r ? acc : 0.f; });
-    tile_gated_slots(C, M, [&](int r, int m) { return Ws(r, m); }, [&](int u, int m) { return Ss(u, m); }, Bz,
-                     [&](int r, int u, float acc) { Cf(r, u) = acc; });
+    if (fast)
+      tile_mm(C, C, M, [&](int r, int m) { return Ws(r, m); }, [&](int m, int u) { return Sp(u, m); },
+              [&](int r, int u, float acc) { Cf(r, u) = u <= r ? acc : 0.f; });
+    else
+      tile_gated_slots(C, M, [&](int r, int m) { return Ws(r, m); }, [&](int u, int m) { return Ss(u, m); }, Bz,
+                       [&](int r, int u, float acc) { Cf(r, u) = acc; });
     __syncthreads();
     tile_mm(C, P, C, [&](int u, int i) { return Cf(i, u); }, [&](int i, int p) { return Ys(i, p); },
             [&](int u, int p, float acc) { dXs(u, p) += acc; });
-    tile_gated_rows<true>(C, M, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); }, Bz,
-                          [&](int u, int m, float acc) { dSs(u, m) += acc; });
+    if (fast)
+      tile_mm(C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
+              [&](int u, int m, float acc) { dSs(u, m) += acc; });
+    else
+      tile_gated_rows<true>(C, M, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
+                            Bz, [&](int u, int m, float acc) { dSs(u, m) += acc; });
   }
   __syncthreads();
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
@@ -765,7 +835,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   tile_mm(C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
           [&](int u, int m, float acc) {
             if (u >= n) return;
-            const float g = dSs(u, m) + acc * __expf(Bz(C - 1, m) - Bz(u, m));
+            const float intra = fast ? dSs(u, m) * __expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
+            const float g = intra + acc * __expf(Bz(C - 1, m) - Bz(u, m));
             float rb = 0.f;
             if (RB)
               for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
