@@ -549,7 +549,7 @@ __device__ __forceinline__ float mid_ref(SMat bz, int m) { return 0.5f * bz(C - 
 __device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
     const int i = e / M, m = e % M;
-    Sp(i, m) = Ss(i, m) * __expf(mid_ref(bz, m) - bz(i, m));
+    Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m));
   }
 }
 
@@ -590,11 +590,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   tile_mm(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
   tile_mm(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
-          [&](int r, int m, float acc) { Zs(r, m) = scale * acc * __expf(Bz(r, m)); });
+          [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   if (fast)
     tile_mm(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
-            [&](int r, int m, float acc) { Zs(r, m) += acc * __expf(Bz(r, m) - mid_ref(Bz, m)); });
+            [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
   else
     tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
                            [&](int r, int m, float acc) { Zs(r, m) += acc; });
@@ -609,16 +609,16 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
     for (int m = lane; m < M; m += kWarpSize) mx = fmaxf(mx, Zs(i, m));
     mx = warp_reduce(mx, MaxOp{});
     float l = 0.f;
-    for (int m = lane; m < M; m += kWarpSize) l += __expf(Zs(i, m) - mx);
+    for (int m = lane; m < M; m += kWarpSize) l += expf(Zs(i, m) - mx);
     l = warp_reduce(l, SumOp{});
-    for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = __expf(Zs(i, m) - mx) / l;
+    for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = expf(Zs(i, m) - mx) / l;
     if (lane == 0) lse[tok(z, b, t0 + i, h, z.Hq)] = mx + logf(l);
   }
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
   if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
     for (int e = threadIdx.x; e < C * M; e += blockDim.x)
-      Zs(e / M, e % M) *= __expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
+      Zs(e / M, e % M) *= expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
     __syncthreads();
     tile_mm(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
             [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
@@ -628,7 +628,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   }
   __syncthreads();
   for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
-    Zs(e / M, e % M) *= __expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
+    Zs(e / M, e % M) *= expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
   __syncthreads();
   tile_mm2(C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
            [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
@@ -681,7 +681,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   auto gated_rows = [&](SMat dst) {
     if (fast)
       tile_mm(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
-              [&](int r, int m, float acc) { dst(r, m) += acc * __expf(Bz(r, m) - mid_ref(Bz, m)); });
+              [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
     else
       tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); },
                              Bz, [&](int r, int m, float acc) { dst(r, m) += acc; });
@@ -689,20 +689,20 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   tile_mm(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
   tile_mm(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
-          [&](int r, int m, float acc) { Zs(r, m) = scale * acc * __expf(Bz(r, m)); });
+          [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(Zs);
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
     const int i = e / M, m = e % M;
-    Ps(i, m) = i < n ? __expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
+    Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
   }
   tile_mm(C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   __syncthreads();
   tile_mm(C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
-          [&](int r, int m, float acc) { dPs(r, m) = acc * __expf(Bz(r, m)); });
+          [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(dPs);
   __syncthreads();
@@ -719,8 +719,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
         gr.W2[row * M + m] = P;
         gr.RB[row * M + m] = Zs(i, m) * dZ + P * dP;
       }
-      Zs(i, m) = fast ? dZ * __expf(Bz(i, m) - mid_ref(Bz, m)) : dZ;
-      dPs(i, m) = dZ * __expf(Bz(i, m));
+      Zs(i, m) = fast ? dZ * expf(Bz(i, m) - mid_ref(Bz, m)) : dZ;
+      dPs(i, m) = dZ * expf(Bz(i, m));
     }
   }
   __syncthreads();
@@ -801,7 +801,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
     for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
       const int i = e / M, m = e % M;
       const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
-      Ws(i, m) = fast ? wv * __expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
+      Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
     }
     __syncthreads();
     tile_mm(C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
@@ -825,7 +825,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   __syncthreads();
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
     const int u = e / M, m = e % M;
-    Ws(u, m) = Ss(u, m) * __expf(Bz(C - 1, m) - Bz(u, m));
+    Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m));
   }
   __syncthreads();
   tile_mm(C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
@@ -835,8 +835,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   tile_mm(C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
           [&](int u, int m, float acc) {
             if (u >= n) return;
-            const float intra = fast ? dSs(u, m) * __expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
-            const float g = intra + acc * __expf(Bz(C - 1, m) - Bz(u, m));
+            const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
+            const float g = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
             float rb = 0.f;
             if (RB)
               for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
@@ -866,7 +866,7 @@ __global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P
   load_rows(z, x, b, c * C, n, j, z.Hkv, P, 1.f, Xt);
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
     const int i = e / M, m = e % M;
-    SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * __expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
+    SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
   }
   __syncthreads();
   float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
@@ -896,7 +896,7 @@ __global__ void __launch_bounds__(kChunkThreads) read_inc_kernel(Sizes z, int P,
     load_rows(z, y, b, c * C + z.shift, n, h, z.Hq, P, yscale, Yt);
     for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
       const int i = e / M, m = e % M;
-      WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * __expf(bz[i * M + m]) : 0.f;
+      WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
     }
     __syncthreads();
     const bool first = h == j * z.G;
@@ -930,7 +930,7 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
     for (int64_t c = 0; c < z.NC; ++c) {
       const float inc = XS[(c + 1) * PM + e];
       XS[c * PM + e] = X;
-      X = X * __expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
+      X = X * expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
     }
     XS[z.NC * PM + e] = X;
     return;
@@ -939,7 +939,7 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
   for (int64_t c = z.NC - 1; c >= 0; --c) {
     const float inc = dXE[c * PM + e];
     dXE[c * PM + e] = X;
-    X = X * __expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
+    X = X * expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
   }
   for (int64_t t = 0; t < std::min(z.shift, z.T); ++t)
     for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
