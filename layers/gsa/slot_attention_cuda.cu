@@ -6,6 +6,7 @@
 // memory while u < 0).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_device.h"
@@ -513,6 +514,16 @@ __global__ void __launch_bounds__(kRowThreads) backward_row_kernel(Sizes z, RowI
 
 constexpr int kChunkThreads = 256;
 
+// The bf16 kernels run their plain products on tensor cores (bf16 operands, fp32 accumulation, gsa.md
+// 4.5); the f32 ones stay fp32 SIMT, so the f32 path keeps its agreement with the f64 reference. The
+// products that build Z and dP stay fp32 in every kernel: the backward rebuilds P from Z and the
+// forward's lse (both sides must compute Z the same way), and Z .* dZ + P .* dP - S .* ds feeds the
+// gate gradient as a difference of similar terms (bf16 operands there tripled the dg error of the
+// emulated bf16 path against the f32 kernels).
+template <typename E>
+constexpr bool kTensorCores = std::is_same_v<E, bf16>;
+
+
 // Shared floats of a C-row tile with `cols` columns.
 __host__ __device__ constexpr int64_t tile_floats(int64_t cols) { return int64_t(C) * smem_ld(int(cols)); }
 
@@ -564,6 +575,7 @@ template <typename E>
 __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o,
                                                                       float* __restrict__ lse) {
   extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
   SMat Qs{sm, smem_ld(D)};
   SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
@@ -587,13 +599,13 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   __syncthreads();
   const bool fast = mid_reference_ok(Bz, M);
   if (fast) scale_to_ref(Ss, Bz, M, Sp);
-  tile_mm(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+  tile_mm<kTC>(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+  tile_mm<false>(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
           [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   if (fast)
-    tile_mm(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+    tile_mm<false>(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
             [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
   else
     tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
@@ -620,7 +632,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
     for (int e = threadIdx.x; e < C * M; e += blockDim.x)
       Zs(e / M, e % M) *= expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
     __syncthreads();
-    tile_mm(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+    tile_mm<kTC>(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
             [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   } else {
     tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
@@ -630,7 +642,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
     Zs(e / M, e % M) *= expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
   __syncthreads();
-  tile_mm2(C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+  tile_mm2<kTC>(C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
            [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
            [&](int r, int p, float acc) {
              if (r < n) o[tok(z, b, t0 + r, h, z.Hq) * Dv + p] = from_f32<E>(acc);
@@ -649,6 +661,7 @@ size_t chunk_backward_rows_smem(const Sizes& z) {
 template <typename E>
 __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Sizes z, RowInputs in, RowGrads gr) {
   extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
   SMat Qs{sm, smem_ld(D)};
   SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
@@ -680,15 +693,15 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   // Key-side gated product of the rows (Zi, dPi): into dst, added.
   auto gated_rows = [&](SMat dst) {
     if (fast)
-      tile_mm(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+      tile_mm<false>(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
               [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
     else
       tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); },
                              Bz, [&](int r, int m, float acc) { dst(r, m) += acc; });
   };
-  tile_mm(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+  tile_mm<kTC>(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+  tile_mm<false>(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
           [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(Zs);
@@ -698,10 +711,10 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
     const int i = e / M, m = e % M;
     Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
   }
-  tile_mm(C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
+  tile_mm<kTC>(C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
           [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   __syncthreads();
-  tile_mm(C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
+  tile_mm<false>(C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
           [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(dPs);
@@ -726,13 +739,13 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   __syncthreads();
   load_block(X1, D, M, Xs);
   if (fast)
-    tile_mm(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+    tile_mm<kTC>(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
             [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   else
     tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
                      [&](int r, int x, float acc) { As(r, x) = acc; });
   __syncthreads();
-  tile_mm2(C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+  tile_mm2<kTC>(C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
            [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
            [&](int r, int p, float acc) {
              if (r < n) gr.dq[tok(z, b, t0 + r, h, z.Hq) * D + p] = scale * acc;
@@ -762,6 +775,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
                                                                    float* __restrict__ ds, float* __restrict__ dB,
                                                                    float* __restrict__ tail) {
   extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
   const int M = int(z.M);
   SMat Xt{sm, smem_ld(P)};
   SMat Ys{Xt.p + tile_floats(P), smem_ld(P)};
@@ -797,26 +811,28 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   if (fast) scale_to_ref(Ss, Bz, M, Sp);
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();  // the previous head's readers of Ys, Ws, Ds, Cf are done
-    load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, yscale, Ys);
+    load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, 1.f, Ys);  // yscale goes to the epilogues: Ys stays exact in bf16
     for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
       const int i = e / M, m = e % M;
       const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
       Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
     }
     __syncthreads();
-    tile_mm(C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
-            [&](int r, int u, float acc) { Ds(r, u) = u <= r ? acc : 0.f; });
+    tile_mm<kTC>(C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
+                 [&](int r, int u, float acc) { Ds(r, u) = u <= r ? yscale * acc : 0.f; });
     if (fast)
-      tile_mm(C, C, M, [&](int r, int m) { return Ws(r, m); }, [&](int m, int u) { return Sp(u, m); },
+      tile_mm<kTC>(C, C, M, [&](int r, int m) { return Ws(r, m); }, [&](int m, int u) { return Sp(u, m); },
               [&](int r, int u, float acc) { Cf(r, u) = u <= r ? acc : 0.f; });
     else
       tile_gated_slots(C, M, [&](int r, int m) { return Ws(r, m); }, [&](int u, int m) { return Ss(u, m); }, Bz,
                        [&](int r, int u, float acc) { Cf(r, u) = acc; });
     __syncthreads();
-    tile_mm(C, P, C, [&](int u, int i) { return Cf(i, u); }, [&](int i, int p) { return Ys(i, p); },
-            [&](int u, int p, float acc) { dXs(u, p) += acc; });
+    tile_mm<kTC>(C, P, C, [&](int u, int i) { return Cf(i, u); }, [&](int i, int p) { return Ys(i, p); },
+                 [&](int u, int p, float acc) { dXs(u, p) += yscale * acc; });
+    // ds feeds the gate gradient through dB = RB - S .* ds, a difference of similar terms: its products
+    // stay in fp32 (bf16 operands there tripled the dg error against the f32 path).
     if (fast)
-      tile_mm(C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
+      tile_mm<false>(C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
               [&](int u, int m, float acc) { dSs(u, m) += acc; });
     else
       tile_gated_rows<true>(C, M, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
@@ -828,11 +844,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
     Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m));
   }
   __syncthreads();
-  tile_mm(C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
+  tile_mm<kTC>(C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
           [&](int u, int p, float acc) {
             if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
           });
-  tile_mm(C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
+  tile_mm<false>(C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
           [&](int u, int m, float acc) {
             if (u >= n) return;
             const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
@@ -857,6 +873,7 @@ __global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P
                                                                   const float* __restrict__ s,
                                                                   const float* __restrict__ bc, float* __restrict__ XS) {
   extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
   const int M = int(z.M);
   SMat Xt{sm, smem_ld(P)};
   SMat SR{Xt.p + tile_floats(P), smem_ld(M)};
@@ -870,7 +887,7 @@ __global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P
   }
   __syncthreads();
   float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
-  tile_mm(P, M, C, [&](int p, int i) { return Xt(i, p); }, [&](int i, int m) { return SR(i, m); },
+  tile_mm<kTC>(P, M, C, [&](int p, int i) { return Xt(i, p); }, [&](int i, int m) { return SR(i, m); },
           [&](int p, int m, float acc) { inc[int64_t(p) * M + m] = acc; });
 }
 
@@ -884,6 +901,7 @@ __global__ void __launch_bounds__(kChunkThreads) read_inc_kernel(Sizes z, int P,
                                                                  const float* __restrict__ w,
                                                                  const float* __restrict__ bc, float* __restrict__ dXE) {
   extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
   const int M = int(z.M);
   SMat Yt{sm, smem_ld(P)};
   SMat WD{Yt.p + tile_floats(P), smem_ld(M)};
@@ -900,7 +918,7 @@ __global__ void __launch_bounds__(kChunkThreads) read_inc_kernel(Sizes z, int P,
     }
     __syncthreads();
     const bool first = h == j * z.G;
-    tile_mm(P, M, C, [&](int p, int i) { return Yt(i, p); }, [&](int i, int m) { return WD(i, m); },
+    tile_mm<kTC>(P, M, C, [&](int p, int i) { return Yt(i, p); }, [&](int i, int m) { return WD(i, m); },
             [&](int p, int m, float acc) {
               float& o = inc[int64_t(p) * M + m];
               o = first ? acc : o + acc;

@@ -5,9 +5,12 @@
 // (no bank conflicts with odd leading dimensions) and share a few rows (broadcasts). No barrier inside:
 // the caller synchronises before the inputs are rewritten; a thread's output elements are the same
 // for every call with the same R x N, so back-to-back accumulations into one tile need no barrier.
-//   tile_mm(C, M, K, [&](int r, int k) { return q(r, k); }, [&](int k, int c) { return h(k, c); },
-//           [&](int r, int c, float acc) { z(r, c) = acc; });
+// tile_mm<true> runs the plain product on tensor cores instead (mma.sync m16n8k16, operands rounded
+// to bf16 from the fp32 tiles, fp32 accumulation; gsa.md 4.5): the bf16 kernels use it.
+//   tile_mm<kTC>(C, M, K, [&](int r, int k) { return q(r, k); }, [&](int k, int c) { return h(k, c); },
+//                [&](int r, int c, float acc) { z(r, c) = acc; });
 #pragma once
+#include "layers/softmax_attention/flash_attention_device.cuh"
 
 namespace hyb {
 
@@ -22,7 +25,7 @@ __host__ __device__ constexpr int smem_ld(int cols) { return cols | 1; }
 
 // out(r, c) = sum_{k < K1} a1(r, k) b1(k, c) + sum_{k < K2} a2(r, k) b2(k, c), handed to epi(r, c, out).
 template <class FA1, class FB1, class FA2, class FB2, class Epi>
-__device__ void tile_mm2(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, FB2 b2, Epi epi) {
+__device__ void tile_mm2_simt(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, FB2 b2, Epi epi) {
   const int tr = (R + 3) / 4, tc = (N + 3) / 4;
   for (int t = threadIdx.x; t < tr * tc; t += blockDim.x) {
     const int r0 = t / tc, c0 = t % tc;
@@ -59,9 +62,60 @@ __device__ void tile_mm2(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, F
   }
 }
 
-template <class FA, class FB, class Epi>
+// Tensor-core form: each warp owns 16 x 32 output blocks (four m16n8 tiles sharing one A fragment);
+// fragments are gathered element by element through the accessors (zeros past R, N, K) and rounded to
+// bf16 pairs. The fragment layouts are PTX's for mma.m16n8k16 (g = lane / 4, t = lane % 4): A rows
+// g, g + 8 and columns 2t, 2t + 1, 2t + 8, 2t + 9; B rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g;
+// C rows g, g + 8 and columns 2t, 2t + 1.
+template <class FA1, class FB1, class FA2, class FB2, class Epi>
+__device__ void tile_mm2_tc(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, FB2 b2, Epi epi) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int br = (R + 15) / 16, bn = (N + 31) / 32;
+  for (int blk = warp; blk < br * bn; blk += warps) {
+    const int r0 = (blk / bn) * 16, n0 = (blk % bn) * 32;
+    float acc[4][4] = {};
+    auto product = [&](int K, auto a, auto b) {
+      auto av = [&](int r, int k) { return r < R && k < K ? a(r, k) : 0.f; };
+      for (int k0 = 0; k0 < K; k0 += 16) {
+        const int ka = k0 + 2 * t, kb = ka + 8;
+        uint32_t af[4];
+        af[0] = flash::pack_bf16(av(r0 + g, ka), av(r0 + g, ka + 1));
+        af[1] = flash::pack_bf16(av(r0 + g + 8, ka), av(r0 + g + 8, ka + 1));
+        af[2] = flash::pack_bf16(av(r0 + g, kb), av(r0 + g, kb + 1));
+        af[3] = flash::pack_bf16(av(r0 + g + 8, kb), av(r0 + g + 8, kb + 1));
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          if (n0 + nt * 8 >= N) break;  // warp-uniform
+          const int n = n0 + nt * 8 + g;
+          auto bv = [&](int k) { return n < N && k < K ? b(k, n) : 0.f; };
+          flash::mma_16816(acc[nt], af, flash::pack_bf16(bv(ka), bv(ka + 1)), flash::pack_bf16(bv(kb), bv(kb + 1)));
+        }
+      }
+    };
+    product(K1, a1, b1);
+    if (K2 > 0) product(K2, a2, b2);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = r0 + g + (e / 2) * 8, n = n0 + nt * 8 + 2 * t + e % 2;
+        if (r < R && n < N) epi(r, n, acc[nt][e]);
+      }
+  }
+}
+
+template <bool kTC, class FA1, class FB1, class FA2, class FB2, class Epi>
+__device__ void tile_mm2(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, FB2 b2, Epi epi) {
+  if constexpr (kTC)
+    tile_mm2_tc(R, N, K1, a1, b1, K2, a2, b2, epi);
+  else
+    tile_mm2_simt(R, N, K1, a1, b1, K2, a2, b2, epi);
+}
+
+template <bool kTC, class FA, class FB, class Epi>
 __device__ void tile_mm(int R, int N, int K, FA a, FB b, Epi epi) {
-  tile_mm2(R, N, K, a, b, 0, a, b, epi);
+  tile_mm2<kTC>(R, N, K, a, b, 0, a, b, epi);
 }
 
 // Gated product along rows, for the R x M output and rows x < R of the chunk:
