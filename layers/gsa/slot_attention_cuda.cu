@@ -523,7 +523,6 @@ constexpr int kChunkThreads = 256;
 template <typename E>
 constexpr bool kTensorCores = std::is_same_v<E, bf16>;
 
-
 // Shared floats of a C-row tile with `cols` columns.
 __host__ __device__ constexpr int64_t tile_floats(int64_t cols) { return int64_t(C) * smem_ld(int(cols)); }
 
@@ -566,14 +565,15 @@ __device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
 
 size_t chunk_forward_smem(const Sizes& z) {
   return size_t(2 * tile_floats(z.D) + tile_floats(z.Dv) + 4 * tile_floats(z.M) + tile_floats(C) +
-                std::max(z.D, z.Dv) * smem_ld(int(z.M))) * sizeof(float);
+                std::max(z.D, z.Dv) * smem_ld(int(z.M))) *
+         sizeof(float);
 }
 
 // GSA forward of one chunk and query head (4.2): A1 = scale tril(Q Kc^T); Z = scale (Q HkS) .* Dec + Zi;
 // P = softmax(Z), lse; A2 = gated tril(P, S); O = (P .* Dec) HvS + A2 Vc.
 template <typename E>
-__global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o,
-                                                                      float* __restrict__ lse) {
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ float sm[];
   constexpr bool kTC = kTensorCores<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
@@ -599,17 +599,21 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
   __syncthreads();
   const bool fast = mid_reference_ok(Bz, M);
   if (fast) scale_to_ref(Ss, Bz, M, Sp);
-  tile_mm<kTC>(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
-          [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<false>(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
-          [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
+  tile_mm<kTC>(
+      C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+      [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
+  tile_mm<false>(
+      C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+      [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   if (fast)
-    tile_mm<false>(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
-            [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
+    tile_mm<false>(
+        C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+        [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
   else
-    tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                           [&](int r, int m, float acc) { Zs(r, m) += acc; });
+    tile_gated_rows<false>(
+        C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+        [&](int r, int m, float acc) { Zs(r, m) += acc; });
   __syncthreads();
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
   for (int i = warp; i < C; i += warps) {
@@ -632,26 +636,30 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
     for (int e = threadIdx.x; e < C * M; e += blockDim.x)
       Zs(e / M, e % M) *= expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
     __syncthreads();
-    tile_mm<kTC>(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
-            [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+    tile_mm<kTC>(
+        C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+        [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   } else {
-    tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                     [&](int r, int x, float acc) { As(r, x) = acc; });
+    tile_gated_slots(
+        C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+        [&](int r, int x, float acc) { As(r, x) = acc; });
   }
   __syncthreads();
   for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
     Zs(e / M, e % M) *= expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
   __syncthreads();
-  tile_mm2<kTC>(C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
-           [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
-           [&](int r, int p, float acc) {
-             if (r < n) o[tok(z, b, t0 + r, h, z.Hq) * Dv + p] = from_f32<E>(acc);
-           });
+  tile_mm2<kTC>(
+      C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+      [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
+      [&](int r, int p, float acc) {
+        if (r < n) o[tok(z, b, t0 + r, h, z.Hq) * Dv + p] = from_f32<E>(acc);
+      });
 }
 
 size_t chunk_backward_rows_smem(const Sizes& z) {
   return size_t(2 * tile_floats(z.D) + 2 * tile_floats(z.Dv) + 6 * tile_floats(z.M) + tile_floats(C) +
-                std::max(z.D, z.Dv) * smem_ld(int(z.M))) * sizeof(float);
+                std::max(z.D, z.Dv) * smem_ld(int(z.M))) *
+         sizeof(float);
 }
 
 // GSA backward of one chunk and query head, row side (4.3): rebuilds Z and P (from lse), then
@@ -693,16 +701,20 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   // Key-side gated product of the rows (Zi, dPi): into dst, added.
   auto gated_rows = [&](SMat dst) {
     if (fast)
-      tile_mm<false>(C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
-              [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
+      tile_mm<false>(
+          C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+          [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
     else
-      tile_gated_rows<false>(C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); },
-                             Bz, [&](int r, int m, float acc) { dst(r, m) += acc; });
+      tile_gated_rows<false>(
+          C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+          [&](int r, int m, float acc) { dst(r, m) += acc; });
   };
-  tile_mm<kTC>(C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
-          [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<false>(C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
-          [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
+  tile_mm<kTC>(
+      C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+      [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
+  tile_mm<false>(
+      C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+      [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(Zs);
   __syncthreads();
@@ -711,11 +723,13 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
     const int i = e / M, m = e % M;
     Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
   }
-  tile_mm<kTC>(C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
-          [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+  tile_mm<kTC>(
+      C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
+      [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   __syncthreads();
-  tile_mm<false>(C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
-          [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
+  tile_mm<false>(
+      C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
+      [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(dPs);
   __syncthreads();
@@ -739,22 +753,24 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   __syncthreads();
   load_block(X1, D, M, Xs);
   if (fast)
-    tile_mm<kTC>(C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
-            [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+    tile_mm<kTC>(
+        C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+        [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   else
-    tile_gated_slots(C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-                     [&](int r, int x, float acc) { As(r, x) = acc; });
+    tile_gated_slots(
+        C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+        [&](int r, int x, float acc) { As(r, x) = acc; });
   __syncthreads();
-  tile_mm2<kTC>(C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
-           [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
-           [&](int r, int p, float acc) {
-             if (r < n) gr.dq[tok(z, b, t0 + r, h, z.Hq) * D + p] = scale * acc;
-           });
+  tile_mm2<kTC>(
+      C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+      [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
+      [&](int r, int p, float acc) {
+        if (r < n) gr.dq[tok(z, b, t0 + r, h, z.Hq) * D + p] = scale * acc;
+      });
 }
 
 size_t chunk_grad_smem(const Sizes& z, int P) {
-  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) *
-         sizeof(float);
+  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) * sizeof(float);
 }
 
 // Gradients through the writes of chunk c of one memory X (P x M), one block per (b, kv head, chunk)
@@ -764,16 +780,12 @@ size_t chunk_grad_smem(const Sizes& z, int P) {
 //   ds = sum_h upper-gated(dots_h^T, W_h) + Rem .* (X dXE),   dots_h = tril(Y_h X^T)
 //   dB += sum_h RB_h - S .* ds;   tail += colsum(XE .* dXE)
 template <typename E>
-__global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int P, const E* __restrict__ x,
-                                                                   const E* __restrict__ y, float yscale,
-                                                                   const float* __restrict__ w,
-                                                                   const float* __restrict__ RB,
-                                                                   const float* __restrict__ s,
-                                                                   const float* __restrict__ bc,
-                                                                   const float* __restrict__ XS,
-                                                                   const float* __restrict__ dXE, float* __restrict__ dx,
-                                                                   float* __restrict__ ds, float* __restrict__ dB,
-                                                                   float* __restrict__ tail) {
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_grad_kernel(Sizes z, int P, const E* __restrict__ x, const E* __restrict__ y, float yscale,
+                      const float* __restrict__ w, const float* __restrict__ RB, const float* __restrict__ s,
+                      const float* __restrict__ bc, const float* __restrict__ XS, const float* __restrict__ dXE,
+                      float* __restrict__ dx, float* __restrict__ ds, float* __restrict__ dB,
+                      float* __restrict__ tail) {
   extern __shared__ float sm[];
   constexpr bool kTC = kTensorCores<E>;
   const int M = int(z.M);
@@ -810,7 +822,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
   const bool fast = mid_reference_ok(Bz, M);
   if (fast) scale_to_ref(Ss, Bz, M, Sp);
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
-    __syncthreads();  // the previous head's readers of Ys, Ws, Ds, Cf are done
+    __syncthreads();                                           // the previous head's readers of Ys, Ws, Ds, Cf are done
     load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, 1.f, Ys);  // yscale goes to the epilogues: Ys stays exact in bf16
     for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
       const int i = e / M, m = e % M;
@@ -818,25 +830,31 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
       Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
     }
     __syncthreads();
-    tile_mm<kTC>(C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
-                 [&](int r, int u, float acc) { Ds(r, u) = u <= r ? yscale * acc : 0.f; });
+    tile_mm<kTC>(
+        C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
+        [&](int r, int u, float acc) { Ds(r, u) = u <= r ? yscale * acc : 0.f; });
     if (fast)
-      tile_mm<kTC>(C, C, M, [&](int r, int m) { return Ws(r, m); }, [&](int m, int u) { return Sp(u, m); },
-              [&](int r, int u, float acc) { Cf(r, u) = u <= r ? acc : 0.f; });
+      tile_mm<kTC>(
+          C, C, M, [&](int r, int m) { return Ws(r, m); }, [&](int m, int u) { return Sp(u, m); },
+          [&](int r, int u, float acc) { Cf(r, u) = u <= r ? acc : 0.f; });
     else
-      tile_gated_slots(C, M, [&](int r, int m) { return Ws(r, m); }, [&](int u, int m) { return Ss(u, m); }, Bz,
-                       [&](int r, int u, float acc) { Cf(r, u) = acc; });
+      tile_gated_slots(
+          C, M, [&](int r, int m) { return Ws(r, m); }, [&](int u, int m) { return Ss(u, m); }, Bz,
+          [&](int r, int u, float acc) { Cf(r, u) = acc; });
     __syncthreads();
-    tile_mm<kTC>(C, P, C, [&](int u, int i) { return Cf(i, u); }, [&](int i, int p) { return Ys(i, p); },
-                 [&](int u, int p, float acc) { dXs(u, p) += yscale * acc; });
+    tile_mm<kTC>(
+        C, P, C, [&](int u, int i) { return Cf(i, u); }, [&](int i, int p) { return Ys(i, p); },
+        [&](int u, int p, float acc) { dXs(u, p) += yscale * acc; });
     // ds feeds the gate gradient through dB = RB - S .* ds, a difference of similar terms: its products
     // stay in fp32 (bf16 operands there tripled the dg error against the f32 path).
     if (fast)
-      tile_mm<false>(C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
-              [&](int u, int m, float acc) { dSs(u, m) += acc; });
+      tile_mm<false>(
+          C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
+          [&](int u, int m, float acc) { dSs(u, m) += acc; });
     else
-      tile_gated_rows<true>(C, M, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
-                            Bz, [&](int u, int m, float acc) { dSs(u, m) += acc; });
+      tile_gated_rows<true>(
+          C, M, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); }, Bz,
+          [&](int u, int m, float acc) { dSs(u, m) += acc; });
   }
   __syncthreads();
   for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
@@ -844,24 +862,25 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
     Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m));
   }
   __syncthreads();
-  tile_mm<kTC>(C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
-          [&](int u, int p, float acc) {
-            if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
-          });
-  tile_mm<false>(C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
-          [&](int u, int m, float acc) {
-            if (u >= n) return;
-            const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
-            const float g = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
-            float rb = 0.f;
-            if (RB)
-              for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
-            const int64_t tu = tok(z, b, t0 + u, j, z.Hkv) * M + m;
-            ds[tu] += g;
-            dB[tu] += rb - Ss(u, m) * g;
-          });
+  tile_mm<kTC>(
+      C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
+      [&](int u, int p, float acc) {
+        if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
+      });
+  tile_mm<false>(
+      C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
+      [&](int u, int m, float acc) {
+        if (u >= n) return;
+        const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
+        const float g = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
+        float rb = 0.f;
+        if (RB)
+          for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
+        const int64_t tu = tok(z, b, t0 + u, j, z.Hkv) * M + m;
+        ds[tu] += g;
+        dB[tu] += rb - Ss(u, m) * g;
+      });
 }
-
 
 // Chunk-parallel state scan, step 1 (4.2): the increment of chunk c, Kc^T (S .* Rem) in the generic form
 //   inc[p, m] = sum_i x_i[p] s_i[m] exp(bl[m] - b_i[m]),
@@ -869,9 +888,9 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_grad_kernel(Sizes z, int 
 size_t state_inc_smem(const Sizes& z, int P) { return size_t(tile_floats(P) + tile_floats(z.M)) * sizeof(float); }
 
 template <typename E>
-__global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P, const E* __restrict__ x,
-                                                                  const float* __restrict__ s,
-                                                                  const float* __restrict__ bc, float* __restrict__ XS) {
+__global__ void __launch_bounds__(kChunkThreads)
+    state_inc_kernel(Sizes z, int P, const E* __restrict__ x, const float* __restrict__ s, const float* __restrict__ bc,
+                     float* __restrict__ XS) {
   extern __shared__ float sm[];
   constexpr bool kTC = kTensorCores<E>;
   const int M = int(z.M);
@@ -887,8 +906,9 @@ __global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P
   }
   __syncthreads();
   float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
-  tile_mm<kTC>(P, M, C, [&](int p, int i) { return Xt(i, p); }, [&](int i, int m) { return SR(i, m); },
-          [&](int p, int m, float acc) { inc[int64_t(p) * M + m] = acc; });
+  tile_mm<kTC>(
+      P, M, C, [&](int p, int i) { return Xt(i, p); }, [&](int i, int m) { return SR(i, m); },
+      [&](int p, int m, float acc) { inc[int64_t(p) * M + m] = acc; });
 }
 
 // Reverse-scan increments of chunk c (4.3): sum over the rows i of the chunk and the group of
@@ -897,9 +917,9 @@ __global__ void __launch_bounds__(kChunkThreads) state_inc_kernel(Sizes z, int P
 size_t read_inc_smem(const Sizes& z, int P) { return state_inc_smem(z, P); }
 
 template <typename E>
-__global__ void __launch_bounds__(kChunkThreads) read_inc_kernel(Sizes z, int P, const E* __restrict__ y, float yscale,
-                                                                 const float* __restrict__ w,
-                                                                 const float* __restrict__ bc, float* __restrict__ dXE) {
+__global__ void __launch_bounds__(kChunkThreads)
+    read_inc_kernel(Sizes z, int P, const E* __restrict__ y, float yscale, const float* __restrict__ w,
+                    const float* __restrict__ bc, float* __restrict__ dXE) {
   extern __shared__ float sm[];
   constexpr bool kTC = kTensorCores<E>;
   const int M = int(z.M);
@@ -918,11 +938,12 @@ __global__ void __launch_bounds__(kChunkThreads) read_inc_kernel(Sizes z, int P,
     }
     __syncthreads();
     const bool first = h == j * z.G;
-    tile_mm<kTC>(P, M, C, [&](int p, int i) { return Yt(i, p); }, [&](int i, int m) { return WD(i, m); },
-            [&](int p, int m, float acc) {
-              float& o = inc[int64_t(p) * M + m];
-              o = first ? acc : o + acc;
-            });
+    tile_mm<kTC>(
+        P, M, C, [&](int p, int i) { return Yt(i, p); }, [&](int i, int m) { return WD(i, m); },
+        [&](int p, int m, float acc) {
+          float& o = inc[int64_t(p) * M + m];
+          o = first ? acc : o + acc;
+        });
   }
 }
 

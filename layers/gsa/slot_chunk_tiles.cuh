@@ -183,7 +183,8 @@ __device__ void tile_gated_slots(int R, int M, U u, W w, SMat bz, Epi epi) {
       for (int m = 0; m < M; ++m) {
         float uv[4], bi[4], wv[4], bx[4];
 #pragma unroll
-        for (int x = 0; x < 4; ++x) uv[x] = u(rr[x], m), bi[x] = bz(rr[x], m), wv[x] = w(cc[x], m), bx[x] = bz(cc[x], m);
+        for (int x = 0; x < 4; ++x)
+          uv[x] = u(rr[x], m), bi[x] = bz(rr[x], m), wv[x] = w(cc[x], m), bx[x] = bz(cc[x], m);
 #pragma unroll
         for (int x = 0; x < 4; ++x)
 #pragma unroll
