@@ -6,13 +6,16 @@
 // memory while u < 0).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/chunk_view.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
 #include "layers/gsa/slot_attention_cuda.h"
+#include "layers/gsa/slot_chunk_tiles.cuh"
 
 namespace hyb {
 namespace {
@@ -503,10 +506,501 @@ __global__ void __launch_bounds__(kRowThreads) backward_row_kernel(Sizes z, RowI
     for (int p = tid; p < z.D; p += kRowThreads) gr.dqr[row * z.D + p] = dqw[p];
   }
 }
+// ---------------------------------------------------------------------------------------------
+// Chunk kernels (gsa.md 4.2, 4.3): one block per (b, query head, chunk) for the row side of GSA
+// (window 0, shift 0) and one per (b, kv head, chunk) for the writes of either family. Every operand
+// of the chunk sits in shared memory in fp32; products run through slot_chunk_tiles.cuh.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kChunkThreads = 256;
+
+// The bf16 kernels run their plain products on tensor cores (bf16 operands, fp32 accumulation, gsa.md
+// 4.5); the f32 ones stay fp32 SIMT, so the f32 path keeps its agreement with the f64 reference. The
+// products that build Z and dP stay fp32 in every kernel: the backward rebuilds P from Z and the
+// forward's lse (both sides must compute Z the same way), and Z .* dZ + P .* dP - S .* ds feeds the
+// gate gradient as a difference of similar terms (bf16 operands there tripled the dg error of the
+// emulated bf16 path against the f32 kernels).
+template <typename E>
+constexpr bool kTensorCores = std::is_same_v<E, bf16>;
+
+// Shared floats of a C-row tile with `cols` columns.
+__host__ __device__ constexpr int64_t tile_floats(int64_t cols) { return int64_t(C) * smem_ld(int(cols)); }
+
+// Loads rows t0 .. t0 + n - 1 (zeros past n) of head `head` of a (B, T, heads, cols) tensor, times alpha.
+template <typename E>
+__device__ void load_rows(const Sizes& z, const E* src, int64_t b, int64_t t0, int n, int64_t head, int64_t heads,
+                          int cols, float alpha, SMat dst) {
+  for (int e = threadIdx.x; e < C * cols; e += blockDim.x) {
+    const int i = e / cols, p = e % cols;
+    dst(i, p) = i < n ? alpha * to_f32(src[tok(z, b, t0 + i, head, heads) * cols + p]) : 0.f;
+  }
+}
+
+// The chunk-local cumsum (all C rows: padded rows repeat the last valid one) and the (P, M) state.
+__device__ void load_block(const float* src, int rows, int cols, SMat dst) {
+  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) dst(e / cols, e % cols) = src[e];
+}
+
+// 4.1 rule 3, fast path: when the chunk's decay range max_m(-bl[m]) is at most kRefRange, every pairwise
+// factor is split around ref[m] = bl[m] / 2 as exp(b_i - ref) exp(ref - b_j), both factors within
+// e^(+-kRefRange/2) (safe in fp32), so the gated products become plain ones on pre-scaled operands and
+// need no exp per pair. Otherwise the elementwise forms of slot_chunk_tiles.cuh run.
+constexpr float kRefRange = 60.f;
+
+__device__ bool mid_reference_ok(SMat bz, int M) {
+  float range = 0.f;
+  for (int m = 0; m < M; ++m) range = fmaxf(range, -bz(C - 1, m));
+  return range <= kRefRange;  // false for NaN gates too
+}
+
+__device__ __forceinline__ float mid_ref(SMat bz, int m) { return 0.5f * bz(C - 1, m); }
+
+// Sp = S .* exp(ref - b), the key-side operand of the fast path.
+__device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+    const int i = e / M, m = e % M;
+    Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m));
+  }
+}
+
+size_t chunk_forward_smem(const Sizes& z) {
+  return size_t(2 * tile_floats(z.D) + tile_floats(z.Dv) + 4 * tile_floats(z.M) + tile_floats(C) +
+                std::max(z.D, z.Dv) * smem_ld(int(z.M))) *
+         sizeof(float);
+}
+
+// GSA forward of one chunk and query head (4.2): A1 = scale tril(Q Kc^T); Z = scale (Q HkS) .* Dec + Zi;
+// P = softmax(Z), lse; A2 = gated tril(P, S); O = (P .* Dec) HvS + A2 Vc.
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o, float* __restrict__ lse) {
+  extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
+  const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
+  SMat Qs{sm, smem_ld(D)};
+  SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
+  SMat Vs{Ks.p + tile_floats(D), smem_ld(Dv)};
+  SMat Ss{Vs.p + tile_floats(Dv), smem_ld(M)};
+  SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
+  SMat Zs{Bz.p + tile_floats(M), smem_ld(M)};
+  SMat As{Zs.p + tile_floats(M), smem_ld(C)};
+  SMat Sp{As.p + tile_floats(C), smem_ld(M)};
+  SMat Xs{Sp.p + tile_floats(M), smem_ld(M)};  // HkS, later HvS^T: (feature, slot)
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bh = blk / z.NC, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
+  const int n = chunk_tokens(c, z.T);
+  const int64_t t0 = c * C, bjc = (b * z.Hkv + j) * z.NC + c, bjs = (b * z.Hkv + j) * (z.NC + 1) + c;
+  const float scale = in.scale;
+  load_rows(z, static_cast<const E*>(in.q), b, t0, n, h, z.Hq, D, 1.f, Qs);
+  load_rows(z, static_cast<const E*>(in.k), b, t0, n, j, z.Hkv, D, 1.f, Ks);
+  load_rows(z, static_cast<const E*>(in.v), b, t0, n, j, z.Hkv, Dv, 1.f, Vs);
+  load_rows(z, in.s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
+  load_block(in.bc + bjc * C * M, C, M, Bz);
+  load_block(in.X1S + bjs * int64_t(D) * M, D, M, Xs);
+  __syncthreads();
+  const bool fast = mid_reference_ok(Bz, M);
+  if (fast) scale_to_ref(Ss, Bz, M, Sp);
+  tile_mm<kTC>(
+      C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+      [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
+  tile_mm<false>(
+      C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+      [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
+  __syncthreads();
+  if (fast)
+    tile_mm<false>(
+        C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+        [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
+  else
+    tile_gated_rows<false>(
+        C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+        [&](int r, int m, float acc) { Zs(r, m) += acc; });
+  __syncthreads();
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  for (int i = warp; i < C; i += warps) {
+    if (i >= n) {
+      for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = 0.f;
+      continue;
+    }
+    float mx = -INFINITY;
+    for (int m = lane; m < M; m += kWarpSize) mx = fmaxf(mx, Zs(i, m));
+    mx = warp_reduce(mx, MaxOp{});
+    float l = 0.f;
+    for (int m = lane; m < M; m += kWarpSize) l += expf(Zs(i, m) - mx);
+    l = warp_reduce(l, SumOp{});
+    for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = expf(Zs(i, m) - mx) / l;
+    if (lane == 0) lse[tok(z, b, t0 + i, h, z.Hq)] = mx + logf(l);
+  }
+  __syncthreads();
+  load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
+  if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
+    for (int e = threadIdx.x; e < C * M; e += blockDim.x)
+      Zs(e / M, e % M) *= expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
+    __syncthreads();
+    tile_mm<kTC>(
+        C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+        [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+  } else {
+    tile_gated_slots(
+        C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+        [&](int r, int x, float acc) { As(r, x) = acc; });
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
+    Zs(e / M, e % M) *= expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
+  __syncthreads();
+  tile_mm2<kTC>(
+      C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+      [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
+      [&](int r, int p, float acc) {
+        if (r < n) o[tok(z, b, t0 + r, h, z.Hq) * Dv + p] = from_f32<E>(acc);
+      });
+}
+
+size_t chunk_backward_rows_smem(const Sizes& z) {
+  return size_t(2 * tile_floats(z.D) + 2 * tile_floats(z.Dv) + 6 * tile_floats(z.M) + tile_floats(C) +
+                std::max(z.D, z.Dv) * smem_ld(int(z.M))) *
+         sizeof(float);
+}
+
+// GSA backward of one chunk and query head, row side (4.3): rebuilds Z and P (from lse), then
+// dA2 = tril(dO Vc^T), dP = (dO HvS^T) .* Dec + dPi, dZ = P .* (dP - rowsum(P .* dP)), and
+// dQ = scale (dZ .* Dec) HkS^T + scale dA1 Kc with dA1 = gated tril(dZ, S). Writes W1 = dZ, W2 = P,
+// RB = Z .* dZ + P .* dP for the write side, and dq.
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Sizes z, RowInputs in, RowGrads gr) {
+  extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
+  const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
+  SMat Qs{sm, smem_ld(D)};
+  SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
+  SMat Vs{Ks.p + tile_floats(D), smem_ld(Dv)};
+  SMat dOs{Vs.p + tile_floats(Dv), smem_ld(Dv)};
+  SMat Ss{dOs.p + tile_floats(Dv), smem_ld(M)};
+  SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
+  SMat Sp{Bz.p + tile_floats(M), smem_ld(M)};
+  SMat Zs{Sp.p + tile_floats(M), smem_ld(M)};   // Z, later dZ (times exp(b - ref) on the fast path)
+  SMat Ps{Zs.p + tile_floats(M), smem_ld(M)};   // P
+  SMat dPs{Ps.p + tile_floats(M), smem_ld(M)};  // dP, later dZ .* Dec
+  SMat As{dPs.p + tile_floats(M), smem_ld(C)};  // A1, dA2, dA1 in turn
+  SMat Xs{As.p + tile_floats(C), smem_ld(M)};   // HkS, HvS^T, HkS again
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bh = blk / z.NC, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
+  const int n = chunk_tokens(c, z.T);
+  const int64_t t0 = c * C, bjc = (b * z.Hkv + j) * z.NC + c, bjs = (b * z.Hkv + j) * (z.NC + 1) + c;
+  const float scale = in.scale;
+  const float* X1 = in.X1S + bjs * int64_t(D) * M;
+  load_rows(z, static_cast<const E*>(in.q), b, t0, n, h, z.Hq, D, 1.f, Qs);
+  load_rows(z, static_cast<const E*>(in.k), b, t0, n, j, z.Hkv, D, 1.f, Ks);
+  load_rows(z, static_cast<const E*>(in.v), b, t0, n, j, z.Hkv, Dv, 1.f, Vs);
+  load_rows(z, static_cast<const E*>(gr.dout), b, t0, n, h, z.Hq, Dv, 1.f, dOs);
+  load_rows(z, in.s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
+  load_block(in.bc + bjc * C * M, C, M, Bz);
+  load_block(X1, D, M, Xs);
+  __syncthreads();
+  const bool fast = mid_reference_ok(Bz, M);
+  if (fast) scale_to_ref(Ss, Bz, M, Sp);
+  // Key-side gated product of the rows (Zi, dPi): into dst, added.
+  auto gated_rows = [&](SMat dst) {
+    if (fast)
+      tile_mm<false>(
+          C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+          [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
+    else
+      tile_gated_rows<false>(
+          C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+          [&](int r, int m, float acc) { dst(r, m) += acc; });
+  };
+  tile_mm<kTC>(
+      C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+      [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
+  tile_mm<false>(
+      C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+      [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
+  __syncthreads();
+  gated_rows(Zs);
+  __syncthreads();
+  load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+    const int i = e / M, m = e % M;
+    Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
+  }
+  tile_mm<kTC>(
+      C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
+      [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+  __syncthreads();
+  tile_mm<false>(
+      C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
+      [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
+  __syncthreads();
+  gated_rows(dPs);
+  __syncthreads();
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  for (int i = warp; i < C; i += warps) {
+    float d = 0.f;
+    for (int m = lane; m < M; m += kWarpSize) d += Ps(i, m) * dPs(i, m);
+    d = warp_reduce(d, SumOp{});
+    const int64_t row = tok(z, b, t0 + i, h, z.Hq);
+    for (int m = lane; m < M; m += kWarpSize) {
+      const float P = Ps(i, m), dP = dPs(i, m), dZ = P * (dP - d);
+      if (i < n) {
+        gr.W1[row * M + m] = dZ;
+        gr.W2[row * M + m] = P;
+        gr.RB[row * M + m] = Zs(i, m) * dZ + P * dP;
+      }
+      Zs(i, m) = fast ? dZ * expf(Bz(i, m) - mid_ref(Bz, m)) : dZ;
+      dPs(i, m) = dZ * expf(Bz(i, m));
+    }
+  }
+  __syncthreads();
+  load_block(X1, D, M, Xs);
+  if (fast)
+    tile_mm<kTC>(
+        C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+        [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+  else
+    tile_gated_slots(
+        C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+        [&](int r, int x, float acc) { As(r, x) = acc; });
+  __syncthreads();
+  tile_mm2<kTC>(
+      C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+      [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
+      [&](int r, int p, float acc) {
+        if (r < n) gr.dq[tok(z, b, t0 + r, h, z.Hq) * D + p] = scale * acc;
+      });
+}
+
+size_t chunk_grad_smem(const Sizes& z, int P) {
+  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) * sizeof(float);
+}
+
+// Gradients through the writes of chunk c of one memory X (P x M), one block per (b, kv head, chunk)
+// (4.3 in the generic form of the header): with the reads L_i = sum_h outer(yscale y_ih, w_ih) of the
+// rows i of the chunk (query t = cC + i + shift), the chunk-end adjoint dXE and Rem = exp(bl - b):
+//   dx = sum_h coef_h^T Y_h + (S .* Rem) dXE^T,      coef_h[i, u] = gated tril(W_h, S)[i, u]
+//   ds = sum_h upper-gated(dots_h^T, W_h) + Rem .* (X dXE),   dots_h = tril(Y_h X^T)
+//   dB += sum_h RB_h - S .* ds;   tail += colsum(XE .* dXE)
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_grad_kernel(Sizes z, int P, const E* __restrict__ x, const E* __restrict__ y, float yscale,
+                      const float* __restrict__ w, const float* __restrict__ RB, const float* __restrict__ s,
+                      const float* __restrict__ bc, const float* __restrict__ XS, const float* __restrict__ dXE,
+                      float* __restrict__ dx, float* __restrict__ ds, float* __restrict__ dB,
+                      float* __restrict__ tail) {
+  extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
+  const int M = int(z.M);
+  SMat Xt{sm, smem_ld(P)};
+  SMat Ys{Xt.p + tile_floats(P), smem_ld(P)};
+  SMat dXs{Ys.p + tile_floats(P), smem_ld(P)};  // dx accumulator
+  SMat Ss{dXs.p + tile_floats(P), smem_ld(M)};
+  SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
+  SMat Sp{Bz.p + tile_floats(M), smem_ld(M)};
+  SMat Ws{Sp.p + tile_floats(M), smem_ld(M)};   // w of one head (times exp(b - ref) on the fast path), later S .* Rem
+  SMat dSs{Ws.p + tile_floats(M), smem_ld(M)};  // ds accumulator
+  SMat Ds{dSs.p + tile_floats(M), smem_ld(C)};  // dots
+  SMat Cf{Ds.p + tile_floats(C), smem_ld(C)};   // coef
+  SMat dE{Cf.p + tile_floats(C), smem_ld(M)};   // dXE (P, M)
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm);
+  const int64_t t0 = c * C;
+  const float* dXc = dXE + blk * int64_t(P) * M;
+  const float* XE = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
+  for (int m = threadIdx.x; m < M; m += blockDim.x) {
+    float acc = 0.f;
+    for (int p = 0; p < P; ++p) acc += XE[int64_t(p) * M + m] * dXc[int64_t(p) * M + m];
+    tail[blk * M + m] += acc;
+  }
+  load_rows(z, x, b, t0, n, j, z.Hkv, P, 1.f, Xt);
+  load_rows(z, s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
+  load_block(bc + blk * C * M, C, M, Bz);
+  load_block(dXc, P, M, dE);
+  for (int e = threadIdx.x; e < C * P; e += blockDim.x) dXs(e / P, e % P) = 0.f;
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) dSs(e / M, e % M) = 0.f;
+  __syncthreads();
+  // Fast path: coef = tril(Wp Sp^T) and ds = exp(ref - b_u) .* (dots^T Wp) with Wp = W .* exp(b - ref); dSs
+  // holds the sum without the exp(ref - b_u) factor until the end.
+  const bool fast = mid_reference_ok(Bz, M);
+  if (fast) scale_to_ref(Ss, Bz, M, Sp);
+  for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
+    __syncthreads();                                           // the previous head's readers of Ys, Ws, Ds, Cf are done
+    load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, 1.f, Ys);  // yscale goes to the epilogues: Ys stays exact in bf16
+    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+      const int i = e / M, m = e % M;
+      const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
+      Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
+    }
+    __syncthreads();
+    tile_mm<kTC>(
+        C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
+        [&](int r, int u, float acc) { Ds(r, u) = u <= r ? yscale * acc : 0.f; });
+    if (fast)
+      tile_mm<kTC>(
+          C, C, M, [&](int r, int m) { return Ws(r, m); }, [&](int m, int u) { return Sp(u, m); },
+          [&](int r, int u, float acc) { Cf(r, u) = u <= r ? acc : 0.f; });
+    else
+      tile_gated_slots(
+          C, M, [&](int r, int m) { return Ws(r, m); }, [&](int u, int m) { return Ss(u, m); }, Bz,
+          [&](int r, int u, float acc) { Cf(r, u) = acc; });
+    __syncthreads();
+    tile_mm<kTC>(
+        C, P, C, [&](int u, int i) { return Cf(i, u); }, [&](int i, int p) { return Ys(i, p); },
+        [&](int u, int p, float acc) { dXs(u, p) += yscale * acc; });
+    // ds feeds the gate gradient through dB = RB - S .* ds, a difference of similar terms: its products
+    // stay in fp32 (bf16 operands there tripled the dg error against the f32 path).
+    if (fast)
+      tile_mm<false>(
+          C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
+          [&](int u, int m, float acc) { dSs(u, m) += acc; });
+    else
+      tile_gated_rows<true>(
+          C, M, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); }, Bz,
+          [&](int u, int m, float acc) { dSs(u, m) += acc; });
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+    const int u = e / M, m = e % M;
+    Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m));
+  }
+  __syncthreads();
+  tile_mm<kTC>(
+      C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
+      [&](int u, int p, float acc) {
+        if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
+      });
+  tile_mm<false>(
+      C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
+      [&](int u, int m, float acc) {
+        if (u >= n) return;
+        const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
+        const float g = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
+        float rb = 0.f;
+        if (RB)
+          for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
+        const int64_t tu = tok(z, b, t0 + u, j, z.Hkv) * M + m;
+        ds[tu] += g;
+        dB[tu] += rb - Ss(u, m) * g;
+      });
+}
+
+// Chunk-parallel state scan, step 1 (4.2): the increment of chunk c, Kc^T (S .* Rem) in the generic form
+//   inc[p, m] = sum_i x_i[p] s_i[m] exp(bl[m] - b_i[m]),
+// written to XS slot c + 1 for scan_chunks_kernel. One block per (b, kv head, chunk).
+size_t state_inc_smem(const Sizes& z, int P) { return size_t(tile_floats(P) + tile_floats(z.M)) * sizeof(float); }
+
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads)
+    state_inc_kernel(Sizes z, int P, const E* __restrict__ x, const float* __restrict__ s, const float* __restrict__ bc,
+                     float* __restrict__ XS) {
+  extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
+  const int M = int(z.M);
+  SMat Xt{sm, smem_ld(P)};
+  SMat SR{Xt.p + tile_floats(P), smem_ld(M)};
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm);
+  const float* bz = bc + blk * C * M;
+  load_rows(z, x, b, c * C, n, j, z.Hkv, P, 1.f, Xt);
+  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+    const int i = e / M, m = e % M;
+    SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
+  }
+  __syncthreads();
+  float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
+  tile_mm<kTC>(
+      P, M, C, [&](int p, int i) { return Xt(i, p); }, [&](int i, int m) { return SR(i, m); },
+      [&](int p, int m, float acc) { inc[int64_t(p) * M + m] = acc; });
+}
+
+// Reverse-scan increments of chunk c (4.3): sum over the rows i of the chunk and the group of
+//   inc[p, m] = yscale y_ih[p] w_ih[m] exp(b_i[m])     (query t = cC + i + shift),
+// written to dXE slot c for scan_chunks_kernel. One block per (b, kv head, chunk).
+size_t read_inc_smem(const Sizes& z, int P) { return state_inc_smem(z, P); }
+
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads)
+    read_inc_kernel(Sizes z, int P, const E* __restrict__ y, float yscale, const float* __restrict__ w,
+                    const float* __restrict__ bc, float* __restrict__ dXE) {
+  extern __shared__ float sm[];
+  constexpr bool kTC = kTensorCores<E>;
+  const int M = int(z.M);
+  SMat Yt{sm, smem_ld(P)};
+  SMat WD{Yt.p + tile_floats(P), smem_ld(M)};
+  const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int n = chunk_tokens(c, z.Tm);
+  const float* bz = bc + blk * C * M;
+  float* inc = dXE + blk * int64_t(P) * M;
+  for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
+    __syncthreads();  // the previous head's readers are done
+    load_rows(z, y, b, c * C + z.shift, n, h, z.Hq, P, yscale, Yt);
+    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
+      const int i = e / M, m = e % M;
+      WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
+    }
+    __syncthreads();
+    const bool first = h == j * z.G;
+    tile_mm<kTC>(
+        P, M, C, [&](int p, int i) { return Yt(i, p); }, [&](int i, int m) { return WD(i, m); },
+        [&](int p, int m, float acc) {
+          float& o = inc[int64_t(p) * M + m];
+          o = first ? acc : o + acc;
+        });
+  }
+}
+
+// Step 2 of both scans, one thread per (b, kv head, p, m); slots[c] holds chunk c's increment on entry.
+//   forward (slots = XS + 1): X_0 = X0;   X_{c+1} = X_c .*c exp(bl_c) + inc_c;   XS[c] = X_c, XS[NC] = X_NC
+//   reverse (slots = dXE):    dX = dX_T;  for c = NC-1 .. 0: dXE[c] = dX, dX = dX .*c exp(bl_c) + inc_c
+// then (reverse) the rows t < shift that read the initial memory add theirs, and dX0 = dX.
+// X0, dXT, dX0 are (P, M) or, slot_major, (M, P).
+template <typename E>
+__global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __restrict__ bc,
+                                   const float* __restrict__ X0, bool slot_major, float* __restrict__ slots,
+                                   const E* __restrict__ y, float yscale, const float* __restrict__ w,
+                                   float* __restrict__ dX0) {
+  const int M = int(z.M);
+  const int64_t bj = blockIdx.x, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int64_t e = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (e >= int64_t(P) * M) return;
+  const int p = int(e / M), m = int(e % M);
+  const int64_t ext = slot_major ? int64_t(m) * P + p : e, PM = int64_t(P) * M;
+  float X = X0 ? X0[bj * PM + ext] : 0.f;
+  if (!reverse) {
+    float* XS = slots + bj * (z.NC + 1) * PM;
+    for (int64_t c = 0; c < z.NC; ++c) {
+      const float inc = XS[(c + 1) * PM + e];
+      XS[c * PM + e] = X;
+      X = X * expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
+    }
+    XS[z.NC * PM + e] = X;
+    return;
+  }
+  float* dXE = slots + bj * z.NC * PM;
+  for (int64_t c = z.NC - 1; c >= 0; --c) {
+    const float inc = dXE[c * PM + e];
+    dXE[c * PM + e] = X;
+    X = X * expf(bc[((bj * z.NC + c) * C + C - 1) * M + m]) + inc;
+  }
+  for (int64_t t = 0; t < std::min(z.shift, z.T); ++t)
+    for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
+      const int64_t row = tok(z, b, t, h, z.Hq);
+      X += yscale * to_f32(y[row * P + p]) * w[row * M + m];
+    }
+  if (dX0) dX0[bj * PM + ext] = X;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Host side
 // ---------------------------------------------------------------------------------------------
+
+// The chunk kernels of the GSA row side: no window, no token shift, and their tiles fit in shared memory.
+bool gsa_chunk_path(const Sizes& z, const Device& dev, size_t smem) {
+  return z.window == 0 && z.shift == 0 && z.M > 0 && smem <= cuda_device_props(dev.index).smem_per_block_optin;
+}
+
+template <typename K>
+void allow_smem(K kernel, size_t smem) {
+  HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
 
 struct Memory {
   Tensor bc, X1S, X2S;  // (B, Hkv, NC, C, M), (B, Hkv, NC + 1, D, M), (B, Hkv, NC + 1, Dv, M)
@@ -528,9 +1022,30 @@ Memory memory_states(const SlotAttentionArgs& a, const Sizes& z) {
     cumsum_kernel<<<unsigned(z.B * z.Hkv * z.NC), mt, 0, st>>>(z, fptr(a.g), fptr(mem.bc));
     HYB_CUDA_LAUNCH_CHECK("slot_attention cumsum_kernel", z.B * z.Hkv * z.NC, mt, 0);
   }
+  const size_t smem1 = state_inc_smem(z, int(z.D)), smem2 = state_inc_smem(z, int(z.Dv));
+  const bool chunked = std::max(smem1, smem2) <= cuda_device_props(dev.index).smem_per_block_optin;
   visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
     const dim3 g1(unsigned(z.B * z.Hkv), state_tiles(z.D, z.M)), g2(unsigned(z.B * z.Hkv), state_tiles(z.Dv, z.M));
+    if (chunked) {
+      const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
+      allow_smem(state_inc_kernel<E>, std::max(smem1, smem2));
+      if (blocks > 0) {
+        state_inc_kernel<E><<<blocks, kChunkThreads, smem1, st>>>(z, int(z.D), eptr<E>(a.k), fptr(a.s), fptr(mem.bc),
+                                                                 fptr(mem.X1S));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention state_inc_kernel (Hk)", blocks, kChunkThreads, smem1);
+        state_inc_kernel<E><<<blocks, kChunkThreads, smem2, st>>>(z, int(z.Dv), eptr<E>(a.v), fptr(a.s), fptr(mem.bc),
+                                                                 fptr(mem.X2S));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention state_inc_kernel (Hv)", blocks, kChunkThreads, smem2);
+      }
+      scan_chunks_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), false, fptr(mem.bc), fptr(a.HK0), false,
+                                                          fptr(mem.X1S), nullptr, 0.f, nullptr, nullptr);
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (Hk)", g1, kStateThreads, 0);
+      scan_chunks_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), false, fptr(mem.bc), fptr(a.HV0), true,
+                                                          fptr(mem.X2S), nullptr, 0.f, nullptr, nullptr);
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (Hv)", g2, kStateThreads, 0);
+      return;
+    }
     state_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.k), fptr(a.s), fptr(mem.bc), fptr(a.HK0),
                                                    false, fptr(mem.X1S));
     HYB_CUDA_LAUNCH_CHECK("slot_attention state_kernel (Hk)", g1, kStateThreads, 0);
@@ -572,7 +1087,17 @@ SlotAttentionOut slot_attention_forward_cuda(const SlotAttentionArgs& a, bool wa
   out.lse = Tensor::empty({z.B, z.T, z.Hq}, DType::f32, dev);
   if (want_ratio) out.long_ratio = Tensor::empty({z.B, z.T, z.Hq}, DType::f32, dev);
   const int64_t rows = z.B * z.T * z.Hq;
-  if (rows > 0)
+  const size_t chunk_smem = chunk_forward_smem(z);
+  if (rows > 0 && gsa_chunk_path(z, dev, chunk_smem) && !want_ratio)
+    visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
+      using E = decltype(tag);
+      const unsigned blocks = unsigned(z.B * z.Hq * z.NC);
+      allow_smem(chunk_forward_kernel<E>, chunk_smem);
+      chunk_forward_kernel<E><<<blocks, kChunkThreads, chunk_smem, st>>>(z, row_inputs(a, mem), out.o.data<E>(),
+                                                                        fptr(out.lse));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention chunk_forward_kernel", blocks, kChunkThreads, chunk_smem);
+    });
+  else if (rows > 0)
     visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
       using E = decltype(tag);
       const size_t smem = size_t(2 * z.D + 2 * z.M + C + z.Dv + kRowThreads) * sizeof(float);
@@ -634,7 +1159,15 @@ SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, cons
   const int64_t rows = z.B * z.T * z.Hq;
   visit_cuda_float("slot_attention_backward", a.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
-    if (rows > 0) {
+    const size_t rows_smem = chunk_backward_rows_smem(z);
+    if (rows > 0 && gsa_chunk_path(z, dev, rows_smem)) {
+      RowGrads rg{dout.raw_data(), fptr(lsec), fptr(W1), fptr(W2), fptr(RB), fptr(gr.dq), fptr(gr.dqr), fptr(gr.dkr),
+                  fptr(gr.dv), fptr(gr.dbias)};
+      const unsigned blocks = unsigned(z.B * z.Hq * z.NC);
+      allow_smem(chunk_backward_rows_kernel<E>, rows_smem);
+      chunk_backward_rows_kernel<E><<<blocks, kChunkThreads, rows_smem, st>>>(z, row_inputs(a, mem), rg);
+      HYB_CUDA_LAUNCH_CHECK("slot_attention chunk_backward_rows_kernel", blocks, kChunkThreads, rows_smem);
+    } else if (rows > 0) {
       RowGrads rg{dout.raw_data(), fptr(lsec), fptr(W1), fptr(W2), fptr(RB), fptr(gr.dq), fptr(gr.dqr), fptr(gr.dkr),
                   fptr(gr.dv), fptr(gr.dbias)};
       const size_t smem = size_t(3 * z.D + z.Dv + 4 * z.M + C + 2 * kRowThreads) * sizeof(float);
@@ -644,14 +1177,49 @@ SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, cons
     if (z.M == 0) return;
     const float scale = float(a.scale);
     const dim3 g1(unsigned(z.B * z.Hkv), state_tiles(z.D, z.M)), g2(unsigned(z.B * z.Hkv), state_tiles(z.Dv, z.M));
-    reverse_scan_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1), fptr(mem.bc),
-                                                          fptr(dHKT), false, fptr(dX1E), fptr(gr.dHK0));
-    HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hk)", g1, kStateThreads, 0);
-    reverse_scan_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2), fptr(mem.bc),
-                                                          fptr(dHVT), true, fptr(dX2E), fptr(gr.dHV0));
-    HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hv)", g2, kStateThreads, 0);
+    const size_t rsmem1 = read_inc_smem(z, int(z.D)), rsmem2 = read_inc_smem(z, int(z.Dv));
+    if (std::max(rsmem1, rsmem2) <= cuda_device_props(dev.index).smem_per_block_optin) {
+      const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
+      allow_smem(read_inc_kernel<E>, std::max(rsmem1, rsmem2));
+      if (blocks > 0) {
+        read_inc_kernel<E><<<blocks, kChunkThreads, rsmem1, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1),
+                                                                  fptr(mem.bc), fptr(dX1E));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention read_inc_kernel (Hk)", blocks, kChunkThreads, rsmem1);
+        read_inc_kernel<E><<<blocks, kChunkThreads, rsmem2, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2),
+                                                                  fptr(mem.bc), fptr(dX2E));
+        HYB_CUDA_LAUNCH_CHECK("slot_attention read_inc_kernel (Hv)", blocks, kChunkThreads, rsmem2);
+      }
+      scan_chunks_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), true, fptr(mem.bc), fptr(dHKT), false,
+                                                          fptr(dX1E), eptr<E>(a.q), scale, fptr(W1), fptr(gr.dHK0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (dHk)", g1, kStateThreads, 0);
+      scan_chunks_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), true, fptr(mem.bc), fptr(dHVT), true,
+                                                          fptr(dX2E), eptr<E>(dout), 1.f, fptr(W2), fptr(gr.dHV0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention scan_chunks_kernel (dHv)", g2, kStateThreads, 0);
+    } else {
+      reverse_scan_kernel<E><<<g1, kStateThreads, 0, st>>>(z, int(z.D), eptr<E>(a.q), scale, fptr(W1), fptr(mem.bc),
+                                                            fptr(dHKT), false, fptr(dX1E), fptr(gr.dHK0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hk)", g1, kStateThreads, 0);
+      reverse_scan_kernel<E><<<g2, kStateThreads, 0, st>>>(z, int(z.Dv), eptr<E>(dout), 1.f, fptr(W2), fptr(mem.bc),
+                                                            fptr(dHVT), true, fptr(dX2E), fptr(gr.dHV0));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention reverse_scan_kernel (Hv)", g2, kStateThreads, 0);
+    }
     if (z.NC == 0) return;
     const unsigned blocks = unsigned(z.B * z.Hkv * z.NC);
+    const size_t smem1 = chunk_grad_smem(z, int(z.D)), smem2 = chunk_grad_smem(z, int(z.Dv));
+    const size_t optin = cuda_device_props(dev.index).smem_per_block_optin;
+    if (smem1 <= optin && smem2 <= optin) {
+      allow_smem(chunk_grad_kernel<E>, std::max(smem1, smem2));
+      chunk_grad_kernel<E><<<blocks, kChunkThreads, smem1, st>>>(z, int(z.D), eptr<E>(a.k), eptr<E>(a.q), scale,
+                                                                 fptr(W1), fptr(RB), fptr(a.s), fptr(mem.bc),
+                                                                 fptr(mem.X1S), fptr(dX1E), fptr(gr.dk), fptr(gr.ds),
+                                                                 fptr(dB), fptr(tail));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention chunk_grad_kernel (Hk)", blocks, kChunkThreads, smem1);
+      chunk_grad_kernel<E><<<blocks, kChunkThreads, smem2, st>>>(z, int(z.Dv), eptr<E>(a.v), eptr<E>(dout), 1.f,
+                                                                 fptr(W2), nullptr, fptr(a.s), fptr(mem.bc),
+                                                                 fptr(mem.X2S), fptr(dX2E), fptr(gr.dv), fptr(gr.ds),
+                                                                 fptr(dB), fptr(tail));
+      HYB_CUDA_LAUNCH_CHECK("slot_attention chunk_grad_kernel (Hv)", blocks, kChunkThreads, smem2);
+    } else {
     const size_t smem = size_t(2 * C * z.G + z.M) * sizeof(float);
     grad_chunk_kernel<E><<<blocks, kStateThreads, smem, st>>>(z, int(z.D), eptr<E>(a.k), eptr<E>(a.q), scale, fptr(W1),
                                                               fptr(RB), fptr(a.s), fptr(mem.bc), fptr(mem.X1S),
@@ -663,6 +1231,7 @@ SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, cons
                                                               fptr(mem.X2S), fptr(dX2E), fptr(gr.dv), fptr(gr.ds),
                                                               fptr(dB), fptr(tail));
     HYB_CUDA_LAUNCH_CHECK("slot_attention grad_chunk_kernel (Hv)", blocks, kStateThreads, smem);
+    }
     const int mt = int(std::min<int64_t>(128, (z.M + 31) / 32 * 32));
     gate_grad_kernel<<<blocks, mt, 0, st>>>(z, fptr(dB), fptr(tail), fptr(gr.dg));
     HYB_CUDA_LAUNCH_CHECK("slot_attention gate_grad_kernel", blocks, mt, 0);
