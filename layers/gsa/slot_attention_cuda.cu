@@ -516,12 +516,14 @@ constexpr int kChunkThreads = 256;
 
 // The bf16 kernels run their plain products on tensor cores (bf16 operands, fp32 accumulation, gsa.md
 // 4.5); the f32 ones stay fp32 SIMT, so the f32 path keeps its agreement with the f64 reference. The
-// products that build Z and dP stay fp32 in every kernel: the backward rebuilds P from Z and the
-// forward's lse (both sides must compute Z the same way), and Z .* dZ + P .* dP - S .* ds feeds the
-// gate gradient as a difference of similar terms (bf16 operands there tripled the dg error of the
-// emulated bf16 path against the f32 kernels).
+// products that build Z, dP and ds (kExact) use split bf16 operands on the bf16 path: the backward
+// rebuilds P from Z and the forward's lse, and Z .* dZ + P .* dP - S .* ds feeds the gate gradient as a
+// difference of similar terms (plain bf16 operands there tripled the dg error of the emulated bf16 path
+// against the f32 kernels).
 template <typename E>
-constexpr bool kTensorCores = std::is_same_v<E, bf16>;
+constexpr Mma kFast = std::is_same_v<E, bf16> ? Mma::bf16 : Mma::simt;
+template <typename E>
+constexpr Mma kExact = std::is_same_v<E, bf16> ? Mma::bf16x3 : Mma::simt;
 
 // Shared floats of a C-row tile with `cols` columns.
 __host__ __device__ constexpr int64_t tile_floats(int64_t cols) { return int64_t(C) * smem_ld(int(cols)); }
@@ -575,7 +577,7 @@ template <typename E>
 __global__ void __launch_bounds__(kChunkThreads)
     chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
   SMat Qs{sm, smem_ld(D)};
   SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
@@ -602,12 +604,12 @@ __global__ void __launch_bounds__(kChunkThreads)
   tile_mm<kTC>(
       C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
       [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   if (fast)
-    tile_mm<false>(
+    tile_mm<kFp32>(
         C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
         [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
   else
@@ -669,7 +671,7 @@ size_t chunk_backward_rows_smem(const Sizes& z) {
 template <typename E>
 __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Sizes z, RowInputs in, RowGrads gr) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
   SMat Qs{sm, smem_ld(D)};
   SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
@@ -701,7 +703,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   // Key-side gated product of the rows (Zi, dPi): into dst, added.
   auto gated_rows = [&](SMat dst) {
     if (fast)
-      tile_mm<false>(
+      tile_mm<kFp32>(
           C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
           [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
     else
@@ -712,7 +714,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   tile_mm<kTC>(
       C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
       [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
@@ -727,7 +729,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
       C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   __syncthreads();
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
       [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
   __syncthreads();
@@ -787,7 +789,7 @@ __global__ void __launch_bounds__(kChunkThreads)
                       float* __restrict__ dx, float* __restrict__ ds, float* __restrict__ dB,
                       float* __restrict__ tail) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int M = int(z.M);
   SMat Xt{sm, smem_ld(P)};
   SMat Ys{Xt.p + tile_floats(P), smem_ld(P)};
@@ -848,7 +850,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     // ds feeds the gate gradient through dB = RB - S .* ds, a difference of similar terms: its products
     // stay in fp32 (bf16 operands there tripled the dg error against the f32 path).
     if (fast)
-      tile_mm<false>(
+      tile_mm<kFp32>(
           C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
           [&](int u, int m, float acc) { dSs(u, m) += acc; });
     else
@@ -867,7 +869,7 @@ __global__ void __launch_bounds__(kChunkThreads)
       [&](int u, int p, float acc) {
         if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
       });
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
       [&](int u, int m, float acc) {
         if (u >= n) return;
@@ -892,7 +894,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     state_inc_kernel(Sizes z, int P, const E* __restrict__ x, const float* __restrict__ s, const float* __restrict__ bc,
                      float* __restrict__ XS) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>;
   const int M = int(z.M);
   SMat Xt{sm, smem_ld(P)};
   SMat SR{Xt.p + tile_floats(P), smem_ld(M)};
@@ -921,7 +923,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     read_inc_kernel(Sizes z, int P, const E* __restrict__ y, float yscale, const float* __restrict__ w,
                     const float* __restrict__ bc, float* __restrict__ dXE) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>;
   const int M = int(z.M);
   SMat Yt{sm, smem_ld(P)};
   SMat WD{Yt.p + tile_floats(P), smem_ld(M)};
