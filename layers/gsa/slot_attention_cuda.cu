@@ -1,6 +1,8 @@
-// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h), written
-// for correctness first: plain fp32 SIMT, one block per query row for the softmax side and one block
-// per (b, kv head, chunk) or per state tile for the memory side. Memory X (P x M per (b, kv head)):
+// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h). GSA rows
+// run chunk kernels, one block per (b, query head, chunk of 64 queries) with the chunk's operands in
+// shared memory (docs/layers/gsa.md 5); NHA rows (a window or a token shift) and shapes too large for
+// those tiles run the first kernels, plain fp32 SIMT with one block per query row. The memory side
+// (state scans, write-side gradients) is chunked for both. Memory X (P x M per (b, kv head)):
 // X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v). Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift)
 // are cut into chunks of C = kScanChunk; query t reads X after token u = t - shift (the initial
 // memory while u < 0).
