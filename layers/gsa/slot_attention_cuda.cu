@@ -530,19 +530,27 @@ constexpr Mma kExact = std::is_same_v<E, bf16> ? Mma::bf16x3 : Mma::simt;
 // Shared floats of a C-row tile with `cols` columns.
 __host__ __device__ constexpr int64_t tile_floats(int64_t cols) { return int64_t(C) * smem_ld(int(cols)); }
 
+// Calls f(row, col) for every element of a rows x cols tile: warps over rows, lanes over columns (no
+// index division, and a warp reads a contiguous row of the source).
+template <class F>
+__device__ __forceinline__ void for_tile(int rows, int cols, F f) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  for (int i = warp; i < rows; i += warps)
+    for (int c = lane; c < cols; c += kWarpSize) f(i, c);
+}
+
 // Loads rows t0 .. t0 + n - 1 (zeros past n) of head `head` of a (B, T, heads, cols) tensor, times alpha.
 template <typename E>
 __device__ void load_rows(const Sizes& z, const E* src, int64_t b, int64_t t0, int n, int64_t head, int64_t heads,
                           int cols, float alpha, SMat dst) {
-  for (int e = threadIdx.x; e < C * cols; e += blockDim.x) {
-    const int i = e / cols, p = e % cols;
+  for_tile(C, cols, [&](int i, int p) {
     dst(i, p) = i < n ? alpha * to_f32(src[tok(z, b, t0 + i, head, heads) * cols + p]) : 0.f;
-  }
+  });
 }
 
 // The chunk-local cumsum (all C rows: padded rows repeat the last valid one) and the (P, M) state.
 __device__ void load_block(const float* src, int rows, int cols, SMat dst) {
-  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) dst(e / cols, e % cols) = src[e];
+  for_tile(rows, cols, [&](int i, int p) { dst(i, p) = src[i * cols + p]; });
 }
 
 // 4.1 rule 3, fast path: when the chunk's decay range max_m(-bl[m]) is at most kRefRange, every pairwise
@@ -561,10 +569,7 @@ __device__ __forceinline__ float mid_ref(SMat bz, int m) { return 0.5f * bz(C - 
 
 // Sp = S .* exp(ref - b), the key-side operand of the fast path.
 __device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int i = e / M, m = e % M;
-    Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m));
-  }
+  for_tile(C, M, [&](int i, int m) { Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m)); });
 }
 
 size_t chunk_forward_smem(const Sizes& z) {
@@ -637,8 +642,7 @@ __global__ void __launch_bounds__(kChunkThreads)
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
   if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
-    for (int e = threadIdx.x; e < C * M; e += blockDim.x)
-      Zs(e / M, e % M) *= expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
+    for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(Bz(i, m) - mid_ref(Bz, m)); });
     __syncthreads();
     tile_mm<kTC>(
         C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
@@ -649,8 +653,7 @@ __global__ void __launch_bounds__(kChunkThreads)
         [&](int r, int x, float acc) { As(r, x) = acc; });
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
-    Zs(e / M, e % M) *= expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
+  for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(fast ? mid_ref(Bz, m) : Bz(i, m)); });  // P .* Dec
   __syncthreads();
   tile_mm2<kTC>(
       C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
@@ -723,10 +726,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   gated_rows(Zs);
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int i = e / M, m = e % M;
-    Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
-  }
+  for_tile(C, M, [&](int i, int m) { Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f; });
   tile_mm<kTC>(
       C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
@@ -818,8 +818,8 @@ __global__ void __launch_bounds__(kChunkThreads)
   load_rows(z, s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
   load_block(bc + blk * C * M, C, M, Bz);
   load_block(dXc, P, M, dE);
-  for (int e = threadIdx.x; e < C * P; e += blockDim.x) dXs(e / P, e % P) = 0.f;
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) dSs(e / M, e % M) = 0.f;
+  for_tile(C, P, [&](int u, int p) { dXs(u, p) = 0.f; });
+  for_tile(C, M, [&](int u, int m) { dSs(u, m) = 0.f; });
   __syncthreads();
   // Fast path: coef = tril(Wp Sp^T) and ds = exp(ref - b_u) .* (dots^T Wp) with Wp = W .* exp(b - ref); dSs
   // holds the sum without the exp(ref - b_u) factor until the end.
@@ -828,11 +828,10 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();                                           // the previous head's readers of Ys, Ws, Ds, Cf are done
     load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, 1.f, Ys);  // yscale goes to the epilogues: Ys stays exact in bf16
-    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-      const int i = e / M, m = e % M;
+    for_tile(C, M, [&](int i, int m) {
       const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
       Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
-    }
+    });
     __syncthreads();
     tile_mm<kTC>(
         C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
@@ -861,10 +860,7 @@ __global__ void __launch_bounds__(kChunkThreads)
           [&](int u, int m, float acc) { dSs(u, m) += acc; });
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int u = e / M, m = e % M;
-    Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m));
-  }
+  for_tile(C, M, [&](int u, int m) { Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m)); });
   __syncthreads();
   tile_mm<kTC>(
       C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
@@ -904,10 +900,9 @@ __global__ void __launch_bounds__(kChunkThreads)
   const int n = chunk_tokens(c, z.Tm);
   const float* bz = bc + blk * C * M;
   load_rows(z, x, b, c * C, n, j, z.Hkv, P, 1.f, Xt);
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int i = e / M, m = e % M;
+  for_tile(C, M, [&](int i, int m) {
     SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
-  }
+  });
   __syncthreads();
   float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
   tile_mm<kTC>(
@@ -936,10 +931,9 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();  // the previous head's readers are done
     load_rows(z, y, b, c * C + z.shift, n, h, z.Hq, P, yscale, Yt);
-    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-      const int i = e / M, m = e % M;
+    for_tile(C, M, [&](int i, int m) {
       WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
-    }
+    });
     __syncthreads();
     const bool first = h == j * z.G;
     tile_mm<kTC>(
