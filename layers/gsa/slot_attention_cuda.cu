@@ -539,18 +539,48 @@ __device__ __forceinline__ void for_tile(int rows, int cols, F f) {
     for (int c = lane; c < cols; c += kWarpSize) f(i, c);
 }
 
+// Copies a rows x cols tile element by element: v = load(i, c) (global memory), then store(i, c, v).
+// A thread issues the loads of up to 16 elements before it uses any, so each warp keeps 16 requests in
+// flight: with one block of 8 warps per SM, these copies are bound by latency, not bandwidth, when
+// every load is waited for before the next. Needs blockDim.x == kChunkThreads.
+template <class Load, class Store>
+__device__ __forceinline__ void gather_tile(int rows, int cols, Load load, Store store) {
+  constexpr int kWarps = kChunkThreads / kWarpSize, kRows = 8, kCols = 2;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  for (int i0 = 0; i0 < rows; i0 += kRows * kWarps)
+    for (int c0 = 0; c0 < cols; c0 += kCols * kWarpSize) {
+      float v[kRows][kCols];
+#pragma unroll
+      for (int q = 0; q < kRows; ++q)
+#pragma unroll
+        for (int y = 0; y < kCols; ++y) {
+          const int i = i0 + warp + q * kWarps, c = c0 + lane + y * kWarpSize;
+          v[q][y] = i < rows && c < cols ? load(i, c) : 0.f;
+        }
+#pragma unroll
+      for (int q = 0; q < kRows; ++q)
+#pragma unroll
+        for (int y = 0; y < kCols; ++y) {
+          const int i = i0 + warp + q * kWarps, c = c0 + lane + y * kWarpSize;
+          if (i < rows && c < cols) store(i, c, v[q][y]);
+        }
+    }
+}
+
 // Loads rows t0 .. t0 + n - 1 (zeros past n) of head `head` of a (B, T, heads, cols) tensor, times alpha.
 template <typename E>
 __device__ void load_rows(const Sizes& z, const E* src, int64_t b, int64_t t0, int n, int64_t head, int64_t heads,
                           int cols, float alpha, SMat dst) {
-  for_tile(C, cols, [&](int i, int p) {
-    dst(i, p) = i < n ? alpha * to_f32(src[tok(z, b, t0 + i, head, heads) * cols + p]) : 0.f;
-  });
+  gather_tile(
+      C, cols,
+      [&](int i, int p) { return i < n ? alpha * to_f32(src[tok(z, b, t0 + i, head, heads) * cols + p]) : 0.f; },
+      [&](int i, int p, float v) { dst(i, p) = v; });
 }
 
 // The chunk-local cumsum (all C rows: padded rows repeat the last valid one) and the (P, M) state.
 __device__ void load_block(const float* src, int rows, int cols, SMat dst) {
-  for_tile(rows, cols, [&](int i, int p) { dst(i, p) = src[i * cols + p]; });
+  gather_tile(
+      rows, cols, [&](int i, int p) { return src[i * cols + p]; }, [&](int i, int p, float v) { dst(i, p) = v; });
 }
 
 // 4.1 rule 3, fast path: when the chunk's decay range max_m(-bl[m]) is at most kRefRange, every pairwise
@@ -726,7 +756,9 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   gated_rows(Zs);
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
-  for_tile(C, M, [&](int i, int m) { Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f; });
+  gather_tile(
+      C, M, [&](int i, int) { return i < n ? gr.lse[tok(z, b, t0 + i, h, z.Hq)] : 0.f; },
+      [&](int i, int m, float L) { Ps(i, m) = i < n ? expf(Zs(i, m) - L) : 0.f; });
   tile_mm<kTC>(
       C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
@@ -774,7 +806,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
 }
 
 size_t chunk_grad_smem(const Sizes& z, int P) {
-  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) * sizeof(float);
+  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M)) + z.M) *
+         sizeof(float);
 }
 
 // Gradients through the writes of chunk c of one memory X (P x M), one block per (b, kv head, chunk)
@@ -804,16 +837,13 @@ __global__ void __launch_bounds__(kChunkThreads)
   SMat Ds{dSs.p + tile_floats(M), smem_ld(C)};  // dots
   SMat Cf{Ds.p + tile_floats(C), smem_ld(C)};   // coef
   SMat dE{Cf.p + tile_floats(C), smem_ld(M)};   // dXE (P, M)
+  float* tl = dE.p + P * smem_ld(M);            // M: colsum(XE .* dXE), the tail of 4.3
   const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
   const int n = chunk_tokens(c, z.Tm);
   const int64_t t0 = c * C;
   const float* dXc = dXE + blk * int64_t(P) * M;
   const float* XE = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
-  for (int m = threadIdx.x; m < M; m += blockDim.x) {
-    float acc = 0.f;
-    for (int p = 0; p < P; ++p) acc += XE[int64_t(p) * M + m] * dXc[int64_t(p) * M + m];
-    tail[blk * M + m] += acc;
-  }
+  for (int m = threadIdx.x; m < M; m += blockDim.x) tl[m] = 0.f;
   load_rows(z, x, b, t0, n, j, z.Hkv, P, 1.f, Xt);
   load_rows(z, s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
   load_block(bc + blk * C * M, C, M, Bz);
@@ -821,6 +851,11 @@ __global__ void __launch_bounds__(kChunkThreads)
   for_tile(C, P, [&](int u, int p) { dXs(u, p) = 0.f; });
   for_tile(C, M, [&](int u, int m) { dSs(u, m) = 0.f; });
   __syncthreads();
+  gather_tile(
+      P, M, [&](int p, int m) { return XE[int64_t(p) * M + m]; },
+      [&](int p, int m, float xe) { atomicAdd(tl + m, xe * dE(p, m)); });
+  __syncthreads();
+  for (int m = threadIdx.x; m < M; m += blockDim.x) tail[blk * M + m] += tl[m];
   // Fast path: coef = tril(Wp Sp^T) and ds = exp(ref - b_u) .* (dots^T Wp) with Wp = W .* exp(b - ref); dSs
   // holds the sum without the exp(ref - b_u) factor until the end.
   const bool fast = mid_reference_ok(Bz, M);
@@ -828,10 +863,9 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();                                           // the previous head's readers of Ys, Ws, Ds, Cf are done
     load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, 1.f, Ys);  // yscale goes to the epilogues: Ys stays exact in bf16
-    for_tile(C, M, [&](int i, int m) {
-      const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
-      Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
-    });
+    gather_tile(
+        C, M, [&](int i, int m) { return i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f; },
+        [&](int i, int m, float wv) { Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv; });
     __syncthreads();
     tile_mm<kTC>(
         C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
@@ -900,9 +934,12 @@ __global__ void __launch_bounds__(kChunkThreads)
   const int n = chunk_tokens(c, z.Tm);
   const float* bz = bc + blk * C * M;
   load_rows(z, x, b, c * C, n, j, z.Hkv, P, 1.f, Xt);
-  for_tile(C, M, [&](int i, int m) {
-    SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
-  });
+  gather_tile(
+      C, M,
+      [&](int i, int m) {
+        return i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
+      },
+      [&](int i, int m, float v) { SR(i, m) = v; });
   __syncthreads();
   float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
   tile_mm<kTC>(
@@ -931,9 +968,12 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();  // the previous head's readers are done
     load_rows(z, y, b, c * C + z.shift, n, h, z.Hq, P, yscale, Yt);
-    for_tile(C, M, [&](int i, int m) {
-      WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
-    });
+    gather_tile(
+        C, M,
+        [&](int i, int m) {
+          return i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
+        },
+        [&](int i, int m, float v) { WD(i, m) = v; });
     __syncthreads();
     const bool first = h == j * z.G;
     tile_mm<kTC>(
