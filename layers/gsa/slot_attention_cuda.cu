@@ -896,24 +896,34 @@ __global__ void __launch_bounds__(kChunkThreads)
   __syncthreads();
   for_tile(C, M, [&](int u, int m) { Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m)); });
   __syncthreads();
+  // The chunk's totals go to dXs and dSs first; the read-modify-writes of dx, ds and dB then run
+  // through gather_tile (their loads batched, not one exposed latency per element).
   tile_mm<kTC>(
       C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
-      [&](int u, int p, float acc) {
-        if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
-      });
+      [&](int u, int p, float acc) { dXs(u, p) += acc; });
   tile_mm<kFp32>(
       C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
       [&](int u, int m, float acc) {
-        if (u >= n) return;
         const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
-        const float g = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
-        float rb = 0.f;
-        if (RB)
-          for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
-        const int64_t tu = tok(z, b, t0 + u, j, z.Hkv) * M + m;
-        ds[tu] += g;
-        dB[tu] += rb - Ss(u, m) * g;
+        dSs(u, m) = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
       });
+  __syncthreads();
+  auto at = [&](int u, int64_t cols) { return tok(z, b, t0 + u, j, z.Hkv) * cols; };
+  gather_tile(
+      n, P, [&](int u, int p) { return dx[at(u, P) + p]; },
+      [&](int u, int p, float old) { dx[at(u, P) + p] = old + dXs(u, p); });
+  gather_tile(
+      n, M, [&](int u, int m) { return ds[at(u, M) + m]; },
+      [&](int u, int m, float old) { ds[at(u, M) + m] = old + dSs(u, m); });
+  gather_tile(
+      n, M,
+      [&](int u, int m) {
+        float acc = dB[at(u, M) + m];
+        if (RB)
+          for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) acc += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
+        return acc;
+      },
+      [&](int u, int m, float v) { dB[at(u, M) + m] = v - Ss(u, m) * dSs(u, m); });
 }
 
 // Chunk-parallel state scan, step 1 (4.2): the increment of chunk c, Kc^T (S .* Rem) in the generic form
@@ -1004,6 +1014,7 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
   float X = X0 ? X0[bj * PM + ext] : 0.f;
   if (!reverse) {
     float* XS = slots + bj * (z.NC + 1) * PM;
+#pragma unroll 8  // the loads do not depend on X: several chunks' loads are in flight at once
     for (int64_t c = 0; c < z.NC; ++c) {
       const float inc = XS[(c + 1) * PM + e];
       XS[c * PM + e] = X;
@@ -1013,6 +1024,7 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
     return;
   }
   float* dXE = slots + bj * z.NC * PM;
+#pragma unroll 8
   for (int64_t c = z.NC - 1; c >= 0; --c) {
     const float inc = dXE[c * PM + e];
     dXE[c * PM + e] = X;
