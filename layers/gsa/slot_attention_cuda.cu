@@ -138,6 +138,7 @@ __global__ void cumsum_kernel(Sizes z, const float* __restrict__ g, float* __res
   const int n = chunk_tokens(c, z.Tm), M = int(z.M);
   for (int m = threadIdx.x; m < M; m += blockDim.x) {
     float acc = 0.f;
+#pragma unroll 16  // the loads do not depend on the running sum: keep 16 in flight
     for (int i = 0; i < C; ++i) {
       if (i < n) acc += g[tok(z, b, c * C + i, j, z.Hkv) * M + m];
       bc[(blk * C + i) * M + m] = acc;
@@ -299,6 +300,7 @@ __global__ void gate_grad_kernel(Sizes z, const float* __restrict__ dB, const fl
   const int n = chunk_tokens(c, z.Tm), M = int(z.M);
   for (int m = threadIdx.x; m < M; m += blockDim.x) {
     float acc = tail[blk * M + m];
+#pragma unroll 16
     for (int i = n - 1; i >= 0; --i) {
       const int64_t u = tok(z, b, c * C + i, j, z.Hkv);
       acc += dB[u * M + m];
