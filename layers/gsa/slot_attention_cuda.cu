@@ -1,6 +1,8 @@
-// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h), written
-// for correctness first: plain fp32 SIMT, one block per query row for the softmax side and one block
-// per (b, kv head, chunk) or per state tile for the memory side. Memory X (P x M per (b, kv head)):
+// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h). GSA rows
+// run chunk kernels, one block per (b, query head, chunk of 64 queries) with the chunk's operands in
+// shared memory (docs/layers/gsa.md 5); NHA rows (a window or a token shift) and shapes too large for
+// those tiles run the first kernels, plain fp32 SIMT with one block per query row. The memory side
+// (state scans, write-side gradients) is chunked for both. Memory X (P x M per (b, kv head)):
 // X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v). Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift)
 // are cut into chunks of C = kScanChunk; query t reads X after token u = t - shift (the initial
 // memory while u < 0).
@@ -136,6 +138,7 @@ __global__ void cumsum_kernel(Sizes z, const float* __restrict__ g, float* __res
   const int n = chunk_tokens(c, z.Tm), M = int(z.M);
   for (int m = threadIdx.x; m < M; m += blockDim.x) {
     float acc = 0.f;
+#pragma unroll 16  // the loads do not depend on the running sum: keep 16 in flight
     for (int i = 0; i < C; ++i) {
       if (i < n) acc += g[tok(z, b, c * C + i, j, z.Hkv) * M + m];
       bc[(blk * C + i) * M + m] = acc;
@@ -297,6 +300,7 @@ __global__ void gate_grad_kernel(Sizes z, const float* __restrict__ dB, const fl
   const int n = chunk_tokens(c, z.Tm), M = int(z.M);
   for (int m = threadIdx.x; m < M; m += blockDim.x) {
     float acc = tail[blk * M + m];
+#pragma unroll 16
     for (int i = n - 1; i >= 0; --i) {
       const int64_t u = tok(z, b, c * C + i, j, z.Hkv);
       acc += dB[u * M + m];
@@ -516,29 +520,69 @@ constexpr int kChunkThreads = 256;
 
 // The bf16 kernels run their plain products on tensor cores (bf16 operands, fp32 accumulation, gsa.md
 // 4.5); the f32 ones stay fp32 SIMT, so the f32 path keeps its agreement with the f64 reference. The
-// products that build Z and dP stay fp32 in every kernel: the backward rebuilds P from Z and the
-// forward's lse (both sides must compute Z the same way), and Z .* dZ + P .* dP - S .* ds feeds the
-// gate gradient as a difference of similar terms (bf16 operands there tripled the dg error of the
-// emulated bf16 path against the f32 kernels).
+// products that build Z, dP and ds (kExact) use split bf16 operands on the bf16 path: the backward
+// rebuilds P from Z and the forward's lse, and Z .* dZ + P .* dP - S .* ds feeds the gate gradient as a
+// difference of similar terms (plain bf16 operands there tripled the dg error of the emulated bf16 path
+// against the f32 kernels).
 template <typename E>
-constexpr bool kTensorCores = std::is_same_v<E, bf16>;
+constexpr Mma kFast = std::is_same_v<E, bf16> ? Mma::bf16 : Mma::simt;
+template <typename E>
+constexpr Mma kExact = std::is_same_v<E, bf16> ? Mma::bf16x3 : Mma::simt;
 
 // Shared floats of a C-row tile with `cols` columns.
 __host__ __device__ constexpr int64_t tile_floats(int64_t cols) { return int64_t(C) * smem_ld(int(cols)); }
+
+// Calls f(row, col) for every element of a rows x cols tile: warps over rows, lanes over columns (no
+// index division, and a warp reads a contiguous row of the source).
+template <class F>
+__device__ __forceinline__ void for_tile(int rows, int cols, F f) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  for (int i = warp; i < rows; i += warps)
+    for (int c = lane; c < cols; c += kWarpSize) f(i, c);
+}
+
+// Copies a rows x cols tile element by element: v = load(i, c) (global memory), then store(i, c, v).
+// A thread issues the loads of up to 16 elements before it uses any, so each warp keeps 16 requests in
+// flight: with one block of 8 warps per SM, these copies are bound by latency, not bandwidth, when
+// every load is waited for before the next. Needs blockDim.x == kChunkThreads.
+template <class Load, class Store>
+__device__ __forceinline__ void gather_tile(int rows, int cols, Load load, Store store) {
+  constexpr int kWarps = kChunkThreads / kWarpSize, kRows = 8, kCols = 2;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  for (int i0 = 0; i0 < rows; i0 += kRows * kWarps)
+    for (int c0 = 0; c0 < cols; c0 += kCols * kWarpSize) {
+      float v[kRows][kCols];
+#pragma unroll
+      for (int q = 0; q < kRows; ++q)
+#pragma unroll
+        for (int y = 0; y < kCols; ++y) {
+          const int i = i0 + warp + q * kWarps, c = c0 + lane + y * kWarpSize;
+          v[q][y] = i < rows && c < cols ? load(i, c) : 0.f;
+        }
+#pragma unroll
+      for (int q = 0; q < kRows; ++q)
+#pragma unroll
+        for (int y = 0; y < kCols; ++y) {
+          const int i = i0 + warp + q * kWarps, c = c0 + lane + y * kWarpSize;
+          if (i < rows && c < cols) store(i, c, v[q][y]);
+        }
+    }
+}
 
 // Loads rows t0 .. t0 + n - 1 (zeros past n) of head `head` of a (B, T, heads, cols) tensor, times alpha.
 template <typename E>
 __device__ void load_rows(const Sizes& z, const E* src, int64_t b, int64_t t0, int n, int64_t head, int64_t heads,
                           int cols, float alpha, SMat dst) {
-  for (int e = threadIdx.x; e < C * cols; e += blockDim.x) {
-    const int i = e / cols, p = e % cols;
-    dst(i, p) = i < n ? alpha * to_f32(src[tok(z, b, t0 + i, head, heads) * cols + p]) : 0.f;
-  }
+  gather_tile(
+      C, cols,
+      [&](int i, int p) { return i < n ? alpha * to_f32(src[tok(z, b, t0 + i, head, heads) * cols + p]) : 0.f; },
+      [&](int i, int p, float v) { dst(i, p) = v; });
 }
 
 // The chunk-local cumsum (all C rows: padded rows repeat the last valid one) and the (P, M) state.
 __device__ void load_block(const float* src, int rows, int cols, SMat dst) {
-  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) dst(e / cols, e % cols) = src[e];
+  gather_tile(
+      rows, cols, [&](int i, int p) { return src[i * cols + p]; }, [&](int i, int p, float v) { dst(i, p) = v; });
 }
 
 // 4.1 rule 3, fast path: when the chunk's decay range max_m(-bl[m]) is at most kRefRange, every pairwise
@@ -557,10 +601,7 @@ __device__ __forceinline__ float mid_ref(SMat bz, int m) { return 0.5f * bz(C - 
 
 // Sp = S .* exp(ref - b), the key-side operand of the fast path.
 __device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int i = e / M, m = e % M;
-    Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m));
-  }
+  for_tile(C, M, [&](int i, int m) { Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m)); });
 }
 
 size_t chunk_forward_smem(const Sizes& z) {
@@ -575,7 +616,7 @@ template <typename E>
 __global__ void __launch_bounds__(kChunkThreads)
     chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o, float* __restrict__ lse) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
   SMat Qs{sm, smem_ld(D)};
   SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
@@ -602,12 +643,12 @@ __global__ void __launch_bounds__(kChunkThreads)
   tile_mm<kTC>(
       C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
       [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   if (fast)
-    tile_mm<false>(
+    tile_mm<kFp32>(
         C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
         [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
   else
@@ -633,8 +674,7 @@ __global__ void __launch_bounds__(kChunkThreads)
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
   if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
-    for (int e = threadIdx.x; e < C * M; e += blockDim.x)
-      Zs(e / M, e % M) *= expf(Bz(e / M, e % M) - mid_ref(Bz, e % M));
+    for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(Bz(i, m) - mid_ref(Bz, m)); });
     __syncthreads();
     tile_mm<kTC>(
         C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
@@ -645,8 +685,7 @@ __global__ void __launch_bounds__(kChunkThreads)
         [&](int r, int x, float acc) { As(r, x) = acc; });
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x)  // P .* Dec
-    Zs(e / M, e % M) *= expf(fast ? mid_ref(Bz, e % M) : Bz(e / M, e % M));
+  for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(fast ? mid_ref(Bz, m) : Bz(i, m)); });  // P .* Dec
   __syncthreads();
   tile_mm2<kTC>(
       C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
@@ -669,7 +708,7 @@ size_t chunk_backward_rows_smem(const Sizes& z) {
 template <typename E>
 __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Sizes z, RowInputs in, RowGrads gr) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
   SMat Qs{sm, smem_ld(D)};
   SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
@@ -701,7 +740,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   // Key-side gated product of the rows (Zi, dPi): into dst, added.
   auto gated_rows = [&](SMat dst) {
     if (fast)
-      tile_mm<false>(
+      tile_mm<kFp32>(
           C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
           [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
     else
@@ -712,22 +751,21 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
   tile_mm<kTC>(
       C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
       [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
   __syncthreads();
   gated_rows(Zs);
   __syncthreads();
   load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int i = e / M, m = e % M;
-    Ps(i, m) = i < n ? expf(Zs(i, m) - gr.lse[tok(z, b, t0 + i, h, z.Hq)]) : 0.f;
-  }
+  gather_tile(
+      C, M, [&](int i, int) { return i < n ? gr.lse[tok(z, b, t0 + i, h, z.Hq)] : 0.f; },
+      [&](int i, int m, float L) { Ps(i, m) = i < n ? expf(Zs(i, m) - L) : 0.f; });
   tile_mm<kTC>(
       C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
       [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
   __syncthreads();
-  tile_mm<false>(
+  tile_mm<kFp32>(
       C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
       [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
   __syncthreads();
@@ -770,7 +808,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Size
 }
 
 size_t chunk_grad_smem(const Sizes& z, int P) {
-  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M))) * sizeof(float);
+  return size_t(3 * tile_floats(P) + 5 * tile_floats(z.M) + 2 * tile_floats(C) + P * smem_ld(int(z.M)) + z.M) *
+         sizeof(float);
 }
 
 // Gradients through the writes of chunk c of one memory X (P x M), one block per (b, kv head, chunk)
@@ -787,7 +826,7 @@ __global__ void __launch_bounds__(kChunkThreads)
                       float* __restrict__ dx, float* __restrict__ ds, float* __restrict__ dB,
                       float* __restrict__ tail) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int M = int(z.M);
   SMat Xt{sm, smem_ld(P)};
   SMat Ys{Xt.p + tile_floats(P), smem_ld(P)};
@@ -800,23 +839,25 @@ __global__ void __launch_bounds__(kChunkThreads)
   SMat Ds{dSs.p + tile_floats(M), smem_ld(C)};  // dots
   SMat Cf{Ds.p + tile_floats(C), smem_ld(C)};   // coef
   SMat dE{Cf.p + tile_floats(C), smem_ld(M)};   // dXE (P, M)
+  float* tl = dE.p + P * smem_ld(M);            // M: colsum(XE .* dXE), the tail of 4.3
   const int64_t blk = blockIdx.x, c = blk % z.NC, bj = blk / z.NC, b = bj / z.Hkv, j = bj % z.Hkv;
   const int n = chunk_tokens(c, z.Tm);
   const int64_t t0 = c * C;
   const float* dXc = dXE + blk * int64_t(P) * M;
   const float* XE = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
-  for (int m = threadIdx.x; m < M; m += blockDim.x) {
-    float acc = 0.f;
-    for (int p = 0; p < P; ++p) acc += XE[int64_t(p) * M + m] * dXc[int64_t(p) * M + m];
-    tail[blk * M + m] += acc;
-  }
+  for (int m = threadIdx.x; m < M; m += blockDim.x) tl[m] = 0.f;
   load_rows(z, x, b, t0, n, j, z.Hkv, P, 1.f, Xt);
   load_rows(z, s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
   load_block(bc + blk * C * M, C, M, Bz);
   load_block(dXc, P, M, dE);
-  for (int e = threadIdx.x; e < C * P; e += blockDim.x) dXs(e / P, e % P) = 0.f;
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) dSs(e / M, e % M) = 0.f;
+  for_tile(C, P, [&](int u, int p) { dXs(u, p) = 0.f; });
+  for_tile(C, M, [&](int u, int m) { dSs(u, m) = 0.f; });
   __syncthreads();
+  gather_tile(
+      P, M, [&](int p, int m) { return XE[int64_t(p) * M + m]; },
+      [&](int p, int m, float xe) { atomicAdd(tl + m, xe * dE(p, m)); });
+  __syncthreads();
+  for (int m = threadIdx.x; m < M; m += blockDim.x) tail[blk * M + m] += tl[m];
   // Fast path: coef = tril(Wp Sp^T) and ds = exp(ref - b_u) .* (dots^T Wp) with Wp = W .* exp(b - ref); dSs
   // holds the sum without the exp(ref - b_u) factor until the end.
   const bool fast = mid_reference_ok(Bz, M);
@@ -824,11 +865,9 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();                                           // the previous head's readers of Ys, Ws, Ds, Cf are done
     load_rows(z, y, b, t0 + z.shift, n, h, z.Hq, P, 1.f, Ys);  // yscale goes to the epilogues: Ys stays exact in bf16
-    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-      const int i = e / M, m = e % M;
-      const float wv = i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f;
-      Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv;
-    }
+    gather_tile(
+        C, M, [&](int i, int m) { return i < n ? w[tok(z, b, t0 + z.shift + i, h, z.Hq) * M + m] : 0.f; },
+        [&](int i, int m, float wv) { Ws(i, m) = fast ? wv * expf(Bz(i, m) - mid_ref(Bz, m)) : wv; });
     __syncthreads();
     tile_mm<kTC>(
         C, C, P, [&](int r, int p) { return Ys(r, p); }, [&](int p, int u) { return Xt(u, p); },
@@ -848,7 +887,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     // ds feeds the gate gradient through dB = RB - S .* ds, a difference of similar terms: its products
     // stay in fp32 (bf16 operands there tripled the dg error against the f32 path).
     if (fast)
-      tile_mm<false>(
+      tile_mm<kFp32>(
           C, M, C, [&](int u, int i) { return Ds(i, u); }, [&](int i, int m) { return Ws(i, m); },
           [&](int u, int m, float acc) { dSs(u, m) += acc; });
     else
@@ -857,29 +896,36 @@ __global__ void __launch_bounds__(kChunkThreads)
           [&](int u, int m, float acc) { dSs(u, m) += acc; });
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int u = e / M, m = e % M;
-    Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m));
-  }
+  for_tile(C, M, [&](int u, int m) { Ws(u, m) = Ss(u, m) * expf(Bz(C - 1, m) - Bz(u, m)); });
   __syncthreads();
+  // The chunk's totals go to dXs and dSs first; the read-modify-writes of dx, ds and dB then run
+  // through gather_tile (their loads batched, not one exposed latency per element).
   tile_mm<kTC>(
       C, P, M, [&](int u, int m) { return Ws(u, m); }, [&](int m, int p) { return dE(p, m); },
-      [&](int u, int p, float acc) {
-        if (u < n) dx[tok(z, b, t0 + u, j, z.Hkv) * P + p] += dXs(u, p) + acc;
-      });
-  tile_mm<false>(
+      [&](int u, int p, float acc) { dXs(u, p) += acc; });
+  tile_mm<kFp32>(
       C, M, P, [&](int u, int p) { return Xt(u, p); }, [&](int p, int m) { return dE(p, m); },
       [&](int u, int m, float acc) {
-        if (u >= n) return;
         const float intra = fast ? dSs(u, m) * expf(mid_ref(Bz, m) - Bz(u, m)) : dSs(u, m);
-        const float g = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
-        float rb = 0.f;
-        if (RB)
-          for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) rb += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
-        const int64_t tu = tok(z, b, t0 + u, j, z.Hkv) * M + m;
-        ds[tu] += g;
-        dB[tu] += rb - Ss(u, m) * g;
+        dSs(u, m) = intra + acc * expf(Bz(C - 1, m) - Bz(u, m));
       });
+  __syncthreads();
+  auto at = [&](int u, int64_t cols) { return tok(z, b, t0 + u, j, z.Hkv) * cols; };
+  gather_tile(
+      n, P, [&](int u, int p) { return dx[at(u, P) + p]; },
+      [&](int u, int p, float old) { dx[at(u, P) + p] = old + dXs(u, p); });
+  gather_tile(
+      n, M, [&](int u, int m) { return ds[at(u, M) + m]; },
+      [&](int u, int m, float old) { ds[at(u, M) + m] = old + dSs(u, m); });
+  gather_tile(
+      n, M,
+      [&](int u, int m) {
+        float acc = dB[at(u, M) + m];
+        if (RB)
+          for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) acc += RB[tok(z, b, t0 + u + z.shift, h, z.Hq) * M + m];
+        return acc;
+      },
+      [&](int u, int m, float v) { dB[at(u, M) + m] = v - Ss(u, m) * dSs(u, m); });
 }
 
 // Chunk-parallel state scan, step 1 (4.2): the increment of chunk c, Kc^T (S .* Rem) in the generic form
@@ -892,7 +938,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     state_inc_kernel(Sizes z, int P, const E* __restrict__ x, const float* __restrict__ s, const float* __restrict__ bc,
                      float* __restrict__ XS) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>;
   const int M = int(z.M);
   SMat Xt{sm, smem_ld(P)};
   SMat SR{Xt.p + tile_floats(P), smem_ld(M)};
@@ -900,10 +946,12 @@ __global__ void __launch_bounds__(kChunkThreads)
   const int n = chunk_tokens(c, z.Tm);
   const float* bz = bc + blk * C * M;
   load_rows(z, x, b, c * C, n, j, z.Hkv, P, 1.f, Xt);
-  for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-    const int i = e / M, m = e % M;
-    SR(i, m) = i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
-  }
+  gather_tile(
+      C, M,
+      [&](int i, int m) {
+        return i < n ? s[tok(z, b, c * C + i, j, z.Hkv) * M + m] * expf(bz[(C - 1) * M + m] - bz[i * M + m]) : 0.f;
+      },
+      [&](int i, int m, float v) { SR(i, m) = v; });
   __syncthreads();
   float* inc = XS + (bj * (z.NC + 1) + c + 1) * int64_t(P) * M;
   tile_mm<kTC>(
@@ -921,7 +969,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     read_inc_kernel(Sizes z, int P, const E* __restrict__ y, float yscale, const float* __restrict__ w,
                     const float* __restrict__ bc, float* __restrict__ dXE) {
   extern __shared__ float sm[];
-  constexpr bool kTC = kTensorCores<E>;
+  constexpr Mma kTC = kFast<E>;
   const int M = int(z.M);
   SMat Yt{sm, smem_ld(P)};
   SMat WD{Yt.p + tile_floats(P), smem_ld(M)};
@@ -932,10 +980,12 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h) {
     __syncthreads();  // the previous head's readers are done
     load_rows(z, y, b, c * C + z.shift, n, h, z.Hq, P, yscale, Yt);
-    for (int e = threadIdx.x; e < C * M; e += blockDim.x) {
-      const int i = e / M, m = e % M;
-      WD(i, m) = i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
-    }
+    gather_tile(
+        C, M,
+        [&](int i, int m) {
+          return i < n ? w[tok(z, b, c * C + i + z.shift, h, z.Hq) * M + m] * expf(bz[i * M + m]) : 0.f;
+        },
+        [&](int i, int m, float v) { WD(i, m) = v; });
     __syncthreads();
     const bool first = h == j * z.G;
     tile_mm<kTC>(
@@ -966,6 +1016,7 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
   float X = X0 ? X0[bj * PM + ext] : 0.f;
   if (!reverse) {
     float* XS = slots + bj * (z.NC + 1) * PM;
+#pragma unroll 8  // the loads do not depend on X: several chunks' loads are in flight at once
     for (int64_t c = 0; c < z.NC; ++c) {
       const float inc = XS[(c + 1) * PM + e];
       XS[c * PM + e] = X;
@@ -975,6 +1026,7 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
     return;
   }
   float* dXE = slots + bj * z.NC * PM;
+#pragma unroll 8
   for (int64_t c = z.NC - 1; c >= 0; --c) {
     const float inc = dXE[c * PM + e];
     dXE[c * PM + e] = X;

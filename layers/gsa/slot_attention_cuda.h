@@ -6,13 +6,15 @@
 // recurrence X_u = X_{u-1} .*c exp(g_u) + outer(x_u, s_u): X1 = Hk (x = k), X2 = Hv^T (x = v).
 // Tokens are cut into chunks of kScanChunk = 64; g is cumulated in fp32 inside each chunk only
 // (rule 4.1.1), and every exponent evaluated is b_i - b_j with j <= i, b_i, or bl - b_j (4.1.2).
-//   forward: chunk-start states of X1 and X2 (sequential over chunks); then one block per query row
-//            computes the slot logits, the window logits with an online softmax, and o; lse saved.
-//   backward: one block per query row rebuilds the probabilities from lse and writes the adjoints
-//            of the two memory reads (dZ and P per slot), dq, and the window gradients; a reverse
-//            scan per memory gives the adjoint at every chunk end; one block per chunk turns those
-//            into dk, dv, ds and the gate gradient (chunk-local reverse cumsum plus the tail of 4.3).
-// Every intermediate is fp32; q, k, v, o and their gradients are f32 or bf16.
+//   forward: chunk-start states of X1 and X2 (per-chunk increments, then a scan over chunks); then
+//            the rows: one block per (query head, chunk) for GSA, per query row for NHA (slot logits,
+//            window logits with an online softmax); o and lse (saved).
+//   backward: the rows rebuild the probabilities from lse and write the adjoints of the two memory
+//            reads (dZ and P per slot), dq, and the window gradients; a reverse scan per memory gives
+//            the adjoint at every chunk end; one block per chunk turns those into dk, dv, ds and the
+//            gate gradient (chunk-local reverse cumsum plus the tail of 4.3).
+// Intermediates are fp32; q, k, v, o and their gradients are f32 or bf16. With bf16 inputs the chunk
+// kernels multiply on tensor cores (bf16 operands, split into hi + lo where fp32 accuracy matters).
 //   SlotAttentionArgs a{...};  SlotAttentionOut y = slot_attention_forward_cuda(a, false);
 #pragma once
 #include <cstdint>

@@ -5,14 +5,18 @@
 // (no bank conflicts with odd leading dimensions) and share a few rows (broadcasts). No barrier inside:
 // the caller synchronises before the inputs are rewritten; a thread's output elements are the same
 // for every call with the same R x N, so back-to-back accumulations into one tile need no barrier.
-// tile_mm<true> runs the plain product on tensor cores instead (mma.sync m16n8k16, operands rounded
-// to bf16 from the fp32 tiles, fp32 accumulation; gsa.md 4.5): the bf16 kernels use it.
-//   tile_mm<kTC>(C, M, K, [&](int r, int k) { return q(r, k); }, [&](int k, int c) { return h(k, c); },
+// tile_mm<Mma::bf16> runs the plain product on tensor cores instead (mma.sync m16n8k16, operands
+// rounded to bf16 from the fp32 tiles, fp32 accumulation; gsa.md 4.5); Mma::bf16x3 splits every operand
+// into a bf16 high part and a bf16 remainder and adds hi hi + hi lo + lo hi (about 16 mantissa bits per
+// operand, three MMAs per tile) for the products that need close to fp32 accuracy.
+//   tile_mm<Mma::bf16>(C, M, K, [&](int r, int k) { return q(r, k); }, [&](int k, int c) { return h(k, c); },
 //                [&](int r, int c, float acc) { z(r, c) = acc; });
 #pragma once
 #include "layers/softmax_attention/flash_attention_device.cuh"
 
 namespace hyb {
+
+enum class Mma { simt, bf16, bf16x3 };
 
 // Row-major fp32 matrix in shared memory; ld odd (smem_ld) keeps column walks conflict-free.
 struct SMat {
@@ -67,7 +71,19 @@ __device__ void tile_mm2_simt(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 
 // bf16 pairs. The fragment layouts are PTX's for mma.m16n8k16 (g = lane / 4, t = lane % 4): A rows
 // g, g + 8 and columns 2t, 2t + 1, 2t + 8, 2t + 9; B rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g;
 // C rows g, g + 8 and columns 2t, 2t + 1.
-template <class FA1, class FB1, class FA2, class FB2, class Epi>
+struct Frag2 {  // a bf16 pair and, when split, the bf16 pair of its remainders
+  uint32_t hi, lo;
+};
+
+template <bool kSplit>
+__device__ __forceinline__ Frag2 frag2(float x0, float x1) {
+  const uint32_t hi = flash::pack_bf16(x0, x1);
+  if constexpr (!kSplit) return {hi, 0u};
+  const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+  return {hi, flash::pack_bf16(x0 - h0, x1 - h1)};
+}
+
+template <bool kSplit, class FA1, class FB1, class FA2, class FB2, class Epi>
 __device__ void tile_mm2_tc(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, FB2 b2, Epi epi) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -79,17 +95,23 @@ __device__ void tile_mm2_tc(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2
       auto av = [&](int r, int k) { return r < R && k < K ? a(r, k) : 0.f; };
       for (int k0 = 0; k0 < K; k0 += 16) {
         const int ka = k0 + 2 * t, kb = ka + 8;
-        uint32_t af[4];
-        af[0] = flash::pack_bf16(av(r0 + g, ka), av(r0 + g, ka + 1));
-        af[1] = flash::pack_bf16(av(r0 + g + 8, ka), av(r0 + g + 8, ka + 1));
-        af[2] = flash::pack_bf16(av(r0 + g, kb), av(r0 + g, kb + 1));
-        af[3] = flash::pack_bf16(av(r0 + g + 8, kb), av(r0 + g + 8, kb + 1));
+        const Frag2 f0 = frag2<kSplit>(av(r0 + g, ka), av(r0 + g, ka + 1));
+        const Frag2 f1 = frag2<kSplit>(av(r0 + g + 8, ka), av(r0 + g + 8, ka + 1));
+        const Frag2 f2 = frag2<kSplit>(av(r0 + g, kb), av(r0 + g, kb + 1));
+        const Frag2 f3 = frag2<kSplit>(av(r0 + g + 8, kb), av(r0 + g + 8, kb + 1));
+        const uint32_t ahi[4] = {f0.hi, f1.hi, f2.hi, f3.hi};
+        [[maybe_unused]] const uint32_t alo[4] = {f0.lo, f1.lo, f2.lo, f3.lo};
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           if (n0 + nt * 8 >= N) break;  // warp-uniform
           const int n = n0 + nt * 8 + g;
           auto bv = [&](int k) { return n < N && k < K ? b(k, n) : 0.f; };
-          flash::mma_16816(acc[nt], af, flash::pack_bf16(bv(ka), bv(ka + 1)), flash::pack_bf16(bv(kb), bv(kb + 1)));
+          const Frag2 b0 = frag2<kSplit>(bv(ka), bv(ka + 1)), b1 = frag2<kSplit>(bv(kb), bv(kb + 1));
+          if constexpr (kSplit) {  // small terms first
+            flash::mma_16816(acc[nt], alo, b0.hi, b1.hi);
+            flash::mma_16816(acc[nt], ahi, b0.lo, b1.lo);
+          }
+          flash::mma_16816(acc[nt], ahi, b0.hi, b1.hi);
         }
       }
     };
@@ -105,17 +127,17 @@ __device__ void tile_mm2_tc(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2
   }
 }
 
-template <bool kTC, class FA1, class FB1, class FA2, class FB2, class Epi>
+template <Mma kMode, class FA1, class FB1, class FA2, class FB2, class Epi>
 __device__ void tile_mm2(int R, int N, int K1, FA1 a1, FB1 b1, int K2, FA2 a2, FB2 b2, Epi epi) {
-  if constexpr (kTC)
-    tile_mm2_tc(R, N, K1, a1, b1, K2, a2, b2, epi);
-  else
+  if constexpr (kMode == Mma::simt)
     tile_mm2_simt(R, N, K1, a1, b1, K2, a2, b2, epi);
+  else
+    tile_mm2_tc<kMode == Mma::bf16x3>(R, N, K1, a1, b1, K2, a2, b2, epi);
 }
 
-template <bool kTC, class FA, class FB, class Epi>
+template <Mma kMode, class FA, class FB, class Epi>
 __device__ void tile_mm(int R, int N, int K, FA a, FB b, Epi epi) {
-  tile_mm2<kTC>(R, N, K, a, b, 0, a, b, epi);
+  tile_mm2<kMode>(R, N, K, a, b, 0, a, b, epi);
 }
 
 // Gated product along rows, for the R x M output and rows x < R of the chunk:

@@ -1,7 +1,8 @@
 // gsa on CUDA (chunked, 64 tokens) against the f64 recurrent CPU reference: o, both final memories
 // and every gradient (q, k, v, s, g and the initial memories) under random final-memory gradients,
 // at T around the chunk (1, 37, 63, 64, 65, 130, 200), GQA and not, K, V and M off any tile, and
-// with gates strong enough that a chunk's total decay reaches e^-250. The GSA mixer decoding on CUDA
+// with gates strong enough that a chunk's total decay reaches e^-250, and with chunk decay ranges on
+// both sides of the kernels' mid-reference guard (60) in one call. The GSA mixer decoding on CUDA
 // (one-token op calls from the carried memories) equals its parallel forward.
 #include <catch2/catch.hpp>
 
@@ -49,7 +50,7 @@ TEST_CASE("gsa on cuda matches the recurrent cpu reference, outputs and every gr
   for (const Case& c : {Case{2, 37, 4, 2, 16, 16, 8, false, -0.9}, Case{1, 1, 2, 1, 8, 8, 4, true, -0.9},
                         Case{1, 63, 2, 2, 33, 20, 5, true, -0.9}, Case{2, 64, 3, 1, 20, 33, 16, true, -0.7},
                         Case{1, 65, 2, 2, 64, 64, 64, true, -0.9}, Case{1, 130, 4, 2, 24, 40, 32, true, -4.0},
-                        Case{1, 200, 2, 1, 16, 24, 7, false, -0.5}}) {
+                        Case{1, 200, 2, 1, 16, 24, 7, false, -0.5}, Case{2, 200, 4, 2, 64, 64, 64, true, -1.6}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " K " << c.K << " V " << c.V
                          << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo) {
       std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.K}, 1, DType::f64, 0.5),
