@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "autograd/gradcheck.h"
 #include "autograd/tape.h"
 #include "compare.h"
 #include "core/rng.h"
@@ -37,6 +38,18 @@ MixerContext test_mixer_context(const MixerTestShape& shape, const std::string& 
 
 void randomize_parameters(Module& m, uint64_t seed, double sd) {
   for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, sd);
+}
+
+void require_mixer_gradcheck(Mixer& layer, const Var& x) {
+  std::vector<Var> leaves{x};
+  std::vector<std::string> names{"x"};
+  for (const auto& p : layer.named_parameters()) {
+    leaves.push_back(p.var);
+    names.push_back(p.name);
+  }
+  auto r = gradcheck_leaves([&] { return std::vector<Var>{layer.forward(x)}; }, leaves, names);
+  INFO(r.report);
+  REQUIRE(r.max_error < 1e-6);
 }
 
 LmConfig small_decode_lm(std::vector<LayerSpec> layers) {

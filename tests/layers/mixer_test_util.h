@@ -27,6 +27,10 @@ MixerContext test_mixer_context(const MixerTestShape& shape, const std::string& 
 // Every parameter N(0, sd), by name (Philox), so the same values land on any device and dtype.
 void randomize_parameters(Module& m, uint64_t seed, double sd = 0.5);
 
+// Every parameter of the layer and its input x against f64 central differences (gradcheck_leaves),
+// max relative error < 1e-6; build the layer under ParameterScope(cpu, f64).
+void require_mixer_gradcheck(Mixer& layer, const Var& x);
+
 // vocab 16 (13 real), d_model 8, max_seq_len 64, init_std 0.3: the small model of the decode checks.
 LmConfig small_decode_lm(std::vector<LayerSpec> layers);
 // B = 2, T = 15 tokens; prefills of 1 and 6 then single tokens; relative error < 1e-12 in f64.

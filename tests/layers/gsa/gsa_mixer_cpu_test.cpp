@@ -55,15 +55,7 @@ TEST_CASE("every GSA parameter and the layer input have gradients matching finit
       layer.initialize(1);
       randomize_parameters(layer, 2);
       Var x(random_tensor({1, 11, 8}, 3), true);
-      std::vector<Var> leaves{x};
-      std::vector<std::string> names{"x"};
-      for (const auto& p : layer.named_parameters()) {
-        leaves.push_back(p.var);
-        names.push_back(p.name);
-      }
-      auto r = gradcheck_leaves([&] { return std::vector<Var>{layer.forward(x)}; }, leaves, names);
-      INFO(r.report);
-      REQUIRE(r.max_error < 1e-6);
+      require_mixer_gradcheck(layer, x);
     }
   }
 }
