@@ -23,6 +23,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
+#include "autograd/tape.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/cuda_device.h"
 #include "layers/conv1d/conv1d_op.h"
@@ -33,8 +34,10 @@
 #include "layers/norm/gated_rmsnorm_op.h"
 #include "layers/ssm_decay/ssm_decay_op.h"
 #include "layers/mlp/swiglu_op.h"
+#include "layers/module.h"
 #include "layers/nha/nha_op.h"
 #include "layers/norm/rmsnorm_op.h"
+#include "layers/registry.h"
 #include "layers/rope/rope_op.h"
 #include "layers/softmax_attention/attention_op.h"
 #include "optim/adamw.h"
@@ -228,7 +231,7 @@ std::vector<BenchCase> make_cases() {
       int64_t Gq, H, K, V;
     };
     for (const Shape4& sh : {Shape4{"", 16, 16, 64, 64}, Shape4{"mamba2 ", 1, 16, 64, 64}, Shape4{"mamba2 ", 1, 16, 128, 64}})
-      for (int64_t T : {1024, 4096, 16384}) {
+      for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
         const int64_t B = 32768 / T, C = 64, N = 32768;
         Tensor q = random_cuda({B, T, sh.Gq, sh.K}, bf, 40, 0.3), k = random_cuda({B, T, sh.Gq, sh.K}, bf, 41, 0.3);
         Tensor v = random_cuda({B, T, sh.H, sh.V}, bf, 42), dout = random_cuda({B, T, sh.H, sh.V}, bf, 43);
@@ -250,13 +253,48 @@ std::vector<BenchCase> make_cases() {
                          }});
       }
   }
+  {  // The Mamba2 mixer at the spec's defaults for d_model 1024 (mamba2.md 2: d_ssm 2048, 32 heads of 64,
+     // d_state 128, one group, conv 4) fwd+bwd through the tape as training runs it: f32 master
+     // parameters cast to bf16 in the layer, bf16 activations. FLOPs:
+     // the two projections (x3 for the backward) plus the SSD core's count; the bytes of a composite
+     // are not a floor, so the case reports time and TFLOP/s only.
+    const int64_t N = 32768, d_model = 1024;
+    for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
+      Json written = Json::parse(R"({"type": "mamba2"})");
+      LayerConfigContext lc;
+      lc.d_model = d_model;
+      lc.max_seq_len = T;
+      lc.num_layers = 1;
+      find_layer("mamba2")->resolve_config(written, lc);
+      const nlohmann::json mixer = nlohmann::json::parse(written.dump());
+      MixerContext mc;
+      mc.d_model = d_model;
+      mc.num_layers = 1;
+      mc.max_seq_len = T;
+      std::shared_ptr<Mixer> layer;
+      {
+        ParameterScope scope(Device::cuda(0));
+        layer = make_mixer(mixer, mc);
+      }
+      layer->initialize(70);
+      const int64_t d_ssm = mixer.at("d_ssm"), Nst = mixer.at("d_state"), P = mixer.at("headdim");
+      const int64_t G = mixer.at("ngroups"), H = d_ssm / P, in_width = 2 * d_ssm + 2 * G * Nst + H;
+      const double proj = 2.0 * double(N) * double(d_model) * double(in_width + d_ssm);
+      const double ssd = double(N * H) * ((2.0 + 6.0) * 64 * Nst * double(G) / double(H) + (2.0 + 4.0) * 64 * P +
+                                          (4.0 + 10.0) * Nst * P);
+      const Var x(random_cuda({N / T, T, d_model}, bf, 71), true);
+      const Tensor dy = random_cuda({N / T, T, d_model}, bf, 72);
+      cases.push_back({"mamba2_block_fwd_bwd", str_cat("B", N / T, " T", T, " d_model ", d_model, " N", Nst, " bf16"), 0,
+                       3 * proj + ssd, [=] { backward(layer->forward(x), dy); }});
+    }
+  }
   {  // gated_delta_rule fwd+bwd, B*T = 32768, chunk 64 (gated_deltanet.md 4.7): H = HV = 16, K = V = 64,
      // and the NAtS-L shape at d 1024: H 6, K 128, V 256.
     struct Shape4 {
       int64_t H, K, V;
     };
     for (const Shape4& sh : {Shape4{16, 64, 64}, Shape4{6, 128, 256}})
-      for (int64_t T : {1024, 4096, 16384}) {
+      for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
         const int64_t B = 32768 / T, C = 64, N = 32768;
         Tensor q = random_cuda({B, T, sh.H, sh.K}, bf, 50, 1.0 / std::sqrt(double(sh.K)));
         Tensor k = random_cuda({B, T, sh.H, sh.K}, bf, 51, 1.0 / std::sqrt(double(sh.K)));
@@ -357,8 +395,12 @@ int cmd_bench(Args& args) {
       continue;
     }
     const double gbs = bc.bytes / (ms * 1e-3) / 1e9, tflops = bc.flops / (ms * 1e-3) / 1e12;
-    std::printf("%-30s %-32s %10.3f %10.0f %7.0f%% %10.1f %7.0f%%\n", bc.name.c_str(), bc.shape.c_str(), ms, gbs,
-                100 * gbs / copy_gbs, tflops, 100 * tflops / gemm_tflops);
+    if (bc.bytes > 0)
+      std::printf("%-30s %-32s %10.3f %10.0f %7.0f%% %10.1f %7.0f%%\n", bc.name.c_str(), bc.shape.c_str(), ms, gbs,
+                  100 * gbs / copy_gbs, tflops, 100 * tflops / gemm_tflops);
+    else
+      std::printf("%-30s %-32s %10.3f %10s %8s %10.1f %7.0f%%\n", bc.name.c_str(), bc.shape.c_str(), ms, "-", "-", tflops,
+                  100 * tflops / gemm_tflops);
     if (!out.empty()) {
       Record r("bench.ops", {"bench", "", 0, 0});
       r.add("kernel", bc.name).add("shape", bc.shape).add("ms", ms).add("gb_per_s", gbs).add("tflops", tflops);
