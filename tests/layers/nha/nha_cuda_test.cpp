@@ -1,11 +1,13 @@
 // nha on CUDA against the f64 recurrent CPU reference in every window regime of nha.md 2: o, the
 // final memories, omega_L and every gradient (q, k, v, s, g, the initial memories and the window
-// bias) under random final-memory gradients; windows 0, small, over one 128-key tile of the online
-// softmax, >= T and unlimited; token shift equal to the window, 0, other values and "never"; M = 0;
-// T off the 64-token chunk, GQA. Then the same over several 64-query tiles of the chunk kernels: the
-// paper form and each ablation that goes through them (no token shift, no short memory, no long
-// memory), windows 0, 1, 32, 64, 100, >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The NHA mixer decoding on CUDA (ring of w tokens plus slots) equals
-// its parallel forward in every ablation that changes the op calls.
+// bias) under random final-memory gradients; windows 0, small, over several 64-key tiles of the
+// online softmax, >= T and unlimited; token shift equal to the window, 0, other values and "never";
+// M = 0; T off the 64-token chunk, GQA, and head dims whose tiles exceed the shared memory of a block
+// (the per-query kernels). Then the same over several 64-query tiles of the chunk kernels: the paper
+// form and each ablation that goes through them (no token shift, no short memory, no long memory),
+// windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
+// NHA mixer decoding on CUDA (ring of w tokens plus slots) equals its parallel forward in every
+// ablation that changes the op calls.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -63,6 +65,8 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
       {"no slots (M = 0), window 8", 2, 50, 4, 2, 16, 16, 0, 8, 0, true, false, true, false},
       {"window 200 over two key tiles, shift 200", 1, 300, 2, 1, 8, 8, 4, 200, 200, true, false, true, false},
       {"window 150, shift 20, no rope", 1, 300, 2, 2, 8, 6, 3, 150, 20, false, true, false, true},
+      {"D = Dv = 128, M 64, w = shift = 8: tiles past the shared memory, per-query kernels", 1, 70, 2, 1, 128, 128, 64,
+       8, 8, true, true, true, true},
   };
   for (const Regime& c : regimes) {
     DYNAMIC_SECTION(c.name) {
