@@ -1,11 +1,12 @@
-// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h). GSA rows
-// run chunk kernels, one block per (b, query head, chunk of 64 queries) with the chunk's operands in
-// shared memory (docs/layers/gsa.md 5); NHA rows (a window or a token shift) and shapes too large for
-// those tiles run the first kernels, plain fp32 SIMT with one block per query row. The memory side
-// (state scans, write-side gradients) is chunked for both. Memory X (P x M per (b, kv head)):
-// X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v). Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift)
-// are cut into chunks of C = kScanChunk; query t reads X after token u = t - shift (the initial
-// memory while u < 0).
+// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h). The rows
+// of both run chunk kernels, one block per (b, query head, tile of 64 queries) with the tile's
+// operands in shared memory (docs/layers/gsa.md 5, docs/layers/nha.md 1): the slot logits from the
+// chunked memory and NHA's window logits share one softmax; the window's key and value gradients
+// come from a key-major kernel. Shapes too large for those tiles run the first kernels, plain fp32
+// SIMT with one block per query row. The memory side (state scans, write-side gradients) is chunked
+// for both. Memory X (P x M per (b, kv head)): X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v).
+// Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift) are cut into chunks of C = kScanChunk; query t
+// reads X after token u = t - shift (the initial memory while u < 0).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -314,7 +315,7 @@ __global__ void gate_grad_kernel(Sizes z, const float* __restrict__ dB, const fl
 }
 
 // ---------------------------------------------------------------------------------------------
-// Query rows: the joint softmax over the slots and the window
+// Query rows, one block per query: the joint softmax over the slots and the window (the fallback)
 // ---------------------------------------------------------------------------------------------
 
 struct RowInputs {
@@ -529,9 +530,10 @@ __global__ void __launch_bounds__(kRowThreads) backward_row_kernel(Sizes z, RowI
   }
 }
 // ---------------------------------------------------------------------------------------------
-// Chunk kernels (gsa.md 4.2, 4.3): one block per (b, query head, chunk) for the row side of GSA
-// (window 0, shift 0) and one per (b, kv head, chunk) for the writes of either family. Every operand
-// of the chunk sits in shared memory in fp32; products run through slot_chunk_tiles.cuh.
+// Chunk kernels (gsa.md 4.2, 4.3; nha.md 5): one block per (b, query head, query tile) for the rows,
+// one per (b, kv head, key tile) for the window's key side and one per (b, kv head, chunk) for the
+// writes of either family. Every operand of a tile sits in shared memory in fp32; products run
+// through slot_chunk_tiles.cuh.
 // ---------------------------------------------------------------------------------------------
 
 constexpr int kChunkThreads = 256;
