@@ -99,7 +99,7 @@ GsaGrads gsa_backward(const GsaSaved& s, const Tensor& dout, const Tensor& dHk, 
     const double scale = s.params.scale ? *s.params.scale : 1.0 / std::sqrt(double(d.K));
     const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.Hk0, s.Hv0, scale);
     const Tensor lse = s.lse.defined() ? s.lse : slot_attention_forward_cuda(a, false).lse;
-    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, dout, dHk, dHv);
+    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, Tensor(), dout, dHk, dHv);
     const DType dt = s.q.dtype();
     GsaGrads r;
     if (needed[0]) r.dq = g.dq.to(dt);

@@ -1,11 +1,12 @@
-// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h). GSA rows
-// run chunk kernels, one block per (b, query head, chunk of 64 queries) with the chunk's operands in
-// shared memory (docs/layers/gsa.md 5); NHA rows (a window or a token shift) and shapes too large for
-// those tiles run the first kernels, plain fp32 SIMT with one block per query row. The memory side
-// (state scans, write-side gradients) is chunked for both. Memory X (P x M per (b, kv head)):
-// X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v). Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift)
-// are cut into chunks of C = kScanChunk; query t reads X after token u = t - shift (the initial
-// memory while u < 0).
+// CUDA kernels of the slot-memory attention shared by gsa and nha (slot_attention_cuda.h). The rows
+// of both run chunk kernels, one block per (b, query head, tile of 64 queries) with the tile's
+// operands in shared memory (docs/layers/gsa.md 5, docs/layers/nha.md 1): the slot logits from the
+// chunked memory and NHA's window logits share one softmax; the window's key and value gradients
+// come from a key-major kernel. Shapes too large for those tiles run the first kernels, plain fp32
+// SIMT with one block per query row. The memory side (state scans, write-side gradients) is chunked
+// for both. Memory X (P x M per (b, kv head)): X1 = Hk (P = D, x = k), X2 = Hv^T (P = Dv, x = v).
+// Absorbed tokens u = 0 .. Tm - 1 (Tm = T - shift) are cut into chunks of C = kScanChunk; query t
+// reads X after token u = t - shift (the initial memory while u < 0).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -30,6 +31,7 @@ struct Sizes {
   int64_t B, T, Hq, Hkv, G, D, Dv, M;
   int64_t Tm, NC;  // absorbed tokens and their chunks
   int64_t window, shift, nb;
+  int64_t S0, NI, NQ;  // queries that read the initial memory (all of them without slots), their tiles, all tiles
 };
 
 Sizes sizes_of(const SlotAttentionArgs& a) {
@@ -41,6 +43,9 @@ Sizes sizes_of(const SlotAttentionArgs& a) {
   z.Tm = std::max<int64_t>(z.T - z.shift, 0);
   z.NC = (z.Tm + C - 1) / C;
   z.nb = a.bias.defined() ? a.bias.size(1) : 0;
+  z.S0 = z.M > 0 ? std::min(z.shift, z.T) : z.T;
+  z.NI = (z.S0 + C - 1) / C;
+  z.NQ = z.NI + (z.M > 0 ? z.NC : 0);
   return z;
 }
 
@@ -310,7 +315,7 @@ __global__ void gate_grad_kernel(Sizes z, const float* __restrict__ dB, const fl
 }
 
 // ---------------------------------------------------------------------------------------------
-// Query rows: the joint softmax over the slots and the window
+// Query rows, one block per query: the joint softmax over the slots and the window (the fallback)
 // ---------------------------------------------------------------------------------------------
 
 struct RowInputs {
@@ -319,15 +324,27 @@ struct RowInputs {
   float scale;
 };
 
-// Logit of window key `key` for query row (b, t, h): scale <qr_t, kr_key> + bias[h, t - key].
+// Whether query t sees key `key` through the window (nha.md 2.3: the window keys counting t itself).
+__device__ __forceinline__ bool in_window(const Sizes& z, int64_t t, int64_t key) {
+  return key <= t && t - key < z.window;
+}
+
+// Logit of window pair (t, key) from dot = <qr_t, kr_key>: scale dot + bias[h, t - key].
+template <typename E>
+__device__ __forceinline__ float window_score(const Sizes& z, const RowInputs& in, int64_t h, int64_t t, int64_t key,
+                                              float dot) {
+  const E* bias = static_cast<const E*>(in.bias);
+  return in.scale * dot + (bias ? to_f32(bias[h * z.nb + (t - key)]) : 0.f);
+}
+
+// Logit of window key `key` for query row (b, t, h).
 template <typename E>
 __device__ float window_logit(const Sizes& z, const RowInputs& in, const float* qrv, int64_t b, int64_t t, int64_t h,
                               int64_t j, int64_t key) {
   const E* kk = static_cast<const E*>(in.kr) + tok(z, b, key, j, z.Hkv) * z.D;
   float d = 0.f;
   for (int p = 0; p < z.D; ++p) d += qrv[p] * to_f32(kk[p]);
-  const E* bias = static_cast<const E*>(in.bias);
-  return in.scale * d + (bias ? to_f32(bias[h * z.nb + (t - key)]) : 0.f);
+  return window_score<E>(z, in, h, t, key, d);
 }
 
 // One block of kRowThreads per query row (b, t, h): slot logits, then the window keys kRowThreads at
@@ -405,7 +422,9 @@ struct RowGrads {
   const float* lse;
   float *W1, *W2, *RB;      // (B, T, Hq, M): dZ, P, Z .* dZ + P .* dP
   float *dq, *dqr;          // (B, T, Hq, D): memory part, window part (rotated side)
-  float *dkr, *dv, *dbias;  // window parts, accumulated by atomics
+  float *dkr, *dv, *dbias;  // window parts: atomics in the row kernel; dkr, dv key-major with the chunk kernels
+  const void* o;            // chunk kernels with a window: the forward's output, (B, T, Hq, Dv)
+  float* delta;             // chunk kernels with a window: (B, T, Hq) <dO, O> of every row, written by the rows
 };
 
 // One block per query row: rebuild the probabilities from lse, delta = sum p dp over slots and window,
@@ -511,9 +530,10 @@ __global__ void __launch_bounds__(kRowThreads) backward_row_kernel(Sizes z, RowI
   }
 }
 // ---------------------------------------------------------------------------------------------
-// Chunk kernels (gsa.md 4.2, 4.3): one block per (b, query head, chunk) for the row side of GSA
-// (window 0, shift 0) and one per (b, kv head, chunk) for the writes of either family. Every operand
-// of the chunk sits in shared memory in fp32; products run through slot_chunk_tiles.cuh.
+// Chunk kernels (gsa.md 4.2, 4.3; nha.md 5): one block per (b, query head, query tile) for the rows,
+// one per (b, kv head, key tile) for the window's key side and one per (b, kv head, chunk) for the
+// writes of either family. Every operand of a tile sits in shared memory in fp32; products run
+// through slot_chunk_tiles.cuh.
 // ---------------------------------------------------------------------------------------------
 
 constexpr int kChunkThreads = 256;
@@ -604,17 +624,54 @@ __device__ void scale_to_ref(SMat Ss, SMat bz, int M, SMat Sp) {
   for_tile(C, M, [&](int i, int m) { Sp(i, m) = Ss(i, m) * expf(mid_ref(bz, m) - bz(i, m)); });
 }
 
-size_t chunk_forward_smem(const Sizes& z) {
-  return size_t(2 * tile_floats(z.D) + tile_floats(z.Dv) + 4 * tile_floats(z.M) + tile_floats(C) +
-                std::max(z.D, z.Dv) * smem_ld(int(z.M))) *
-         sizeof(float);
+// Query tiles of one (b, query head) for the chunk row kernels. First the NI tiles of the queries
+// t < S0 that read the initial memory, rows [iC, min(iC + C, S0)); then one tile per memory chunk c,
+// rows t = cC + shift + i (i < n_c), which read the memory after token cC + i: whatever the shift, the
+// memory operands of such a tile are exactly chunk c's (gsa.md 4.2). Without slots every query is of
+// the first kind (S0 = T).
+struct QueryTile {
+  int64_t t0;  // first query
+  int n;       // queries in the tile
+  int64_t c;   // memory chunk whose start state the tile reads (0 for the first kind: slot 0 is the initial memory)
+  bool intra;  // second kind: the memory also holds tokens of chunk c (decays and intra-chunk terms)
+};
+
+__device__ QueryTile query_tile(const Sizes& z, int64_t idx) {
+  if (idx < z.NI) return {idx * C, int(std::min<int64_t>(C, z.S0 - idx * C)), 0, false};
+  const int64_t c = idx - z.NI;
+  return {c * C + z.shift, chunk_tokens(c, z.Tm), c, true};
 }
 
-// GSA forward of one chunk and query head (4.2): A1 = scale tril(Q Kc^T); Z = scale (Q HkS) .* Dec + Zi;
-// P = softmax(Z), lse; A2 = gated tril(P, S); O = (P .* Dec) HvS + A2 Vc.
+// The first window key of a query tile starting at t0: the tile's keys are [window_begin, t0 + n - 1].
+__device__ __forceinline__ int64_t window_begin(const Sizes& z, int64_t t0) {
+  return std::max<int64_t>(0, t0 - z.window + 1);
+}
+
+size_t chunk_forward_smem(const Sizes& z) {
+  int64_t floats = 2 * tile_floats(z.D) + tile_floats(z.Dv) + 4 * tile_floats(z.M) + tile_floats(C) +
+                   std::max(z.D, z.Dv) * smem_ld(int(z.M));
+  if (z.window > 0) floats += tile_floats(z.Dv) + 4 * C;
+  return size_t(floats) * sizeof(float);
+}
+
+struct RowOutputs {
+  void* o;       // (B, T, Hq, Dv), q's dtype
+  float* lse;    // (B, T, Hq)
+  float* ratio;  // (B, T, Hq) share of the slots, or null
+};
+
+// Forward of one query tile and head: one softmax over the slot logits and the window logits.
+// Slots (gsa.md 4.2): A1 = scale tril(Q Kc^T); Z = scale (Q HkS) .* Dec + Zi; P = exp(Z - m) with m, l
+// the row max and sum; A2 = gated tril(P, S); O = (P .* Dec) HvS + A2 Vc. A tile of the first kind
+// (query_tile) reads the initial memory alone: Dec = 1 and no Kc, Vc terms. Window (nha.md 5.2), C
+// keys at a time with the online softmax of flash attention: S = scale Qr Kr^T + bias, masked to the
+// band; m, l and O are rescaled by exp(m_old - m_new), O += exp(S - m_new) Vw; o = O / l at the end.
+// Without a window P is normalised at once and O goes straight to global memory (GSA).
+// Grid (B Hq NQ), blockDim kChunkThreads. Shared: the slot tiles (the window reuses Qs, Ks, Vs and As
+// for its rotated queries, rotated keys, values and probabilities), with a window also the O
+// accumulator and four row statistics; chunk_forward_smem (about 124 KiB at D = Dv = 64, M = 32).
 template <typename E>
-__global__ void __launch_bounds__(kChunkThreads)
-    chunk_forward_kernel(Sizes z, RowInputs in, E* __restrict__ o, float* __restrict__ lse) {
+__global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, RowInputs in, RowOutputs out) {
   extern __shared__ float sm[];
   constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
@@ -626,185 +683,440 @@ __global__ void __launch_bounds__(kChunkThreads)
   SMat Zs{Bz.p + tile_floats(M), smem_ld(M)};
   SMat As{Zs.p + tile_floats(M), smem_ld(C)};
   SMat Sp{As.p + tile_floats(C), smem_ld(M)};
-  SMat Xs{Sp.p + tile_floats(M), smem_ld(M)};  // HkS, later HvS^T: (feature, slot)
-  const int64_t blk = blockIdx.x, c = blk % z.NC, bh = blk / z.NC, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
-  const int n = chunk_tokens(c, z.T);
-  const int64_t t0 = c * C, bjc = (b * z.Hkv + j) * z.NC + c, bjs = (b * z.Hkv + j) * (z.NC + 1) + c;
+  SMat Xs{Sp.p + tile_floats(M), smem_ld(M)};                 // HkS, later HvS^T: (feature, slot)
+  SMat Os{Xs.p + std::max(D, Dv) * smem_ld(M), smem_ld(Dv)};  // window: O, unnormalised
+  float* rmax = Os.p + tile_floats(Dv);                       // window, C each: running max and sum,
+  float* rsum = rmax + C;                                     // the slots' part of the sum, and the
+  float* rslot = rsum + C;                                    // factor of the last rescale
+  float* ralpha = rslot + C;
+  const int64_t blk = blockIdx.x, bh = blk / z.NQ, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
+  const QueryTile qt = query_tile(z, blk % z.NQ);
+  const int n = qt.n;
+  const int64_t t0 = qt.t0;
+  const bool window = z.window > 0;
   const float scale = in.scale;
-  load_rows(z, static_cast<const E*>(in.q), b, t0, n, h, z.Hq, D, 1.f, Qs);
-  load_rows(z, static_cast<const E*>(in.k), b, t0, n, j, z.Hkv, D, 1.f, Ks);
-  load_rows(z, static_cast<const E*>(in.v), b, t0, n, j, z.Hkv, Dv, 1.f, Vs);
-  load_rows(z, in.s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
-  load_block(in.bc + bjc * C * M, C, M, Bz);
-  load_block(in.X1S + bjs * int64_t(D) * M, D, M, Xs);
-  __syncthreads();
-  const bool fast = mid_reference_ok(Bz, M);
-  if (fast) scale_to_ref(Ss, Bz, M, Sp);
-  tile_mm<kTC>(
-      C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
-      [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<kFp32>(
-      C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
-      [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
-  __syncthreads();
-  if (fast)
-    tile_mm<kFp32>(
-        C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
-        [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
-  else
-    tile_gated_rows<false>(
-        C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-        [&](int r, int m, float acc) { Zs(r, m) += acc; });
-  __syncthreads();
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
-  for (int i = warp; i < C; i += warps) {
-    if (i >= n) {
-      for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = 0.f;
-      continue;
+  E* o = static_cast<E*>(out.o);
+  if (M > 0) {
+    const int64_t u0 = qt.c * C, bjc = (b * z.Hkv + j) * z.NC + qt.c, bjs = (b * z.Hkv + j) * (z.NC + 1) + qt.c;
+    load_rows(z, static_cast<const E*>(in.q), b, t0, n, h, z.Hq, D, 1.f, Qs);
+    if (qt.intra) {
+      load_rows(z, static_cast<const E*>(in.k), b, u0, n, j, z.Hkv, D, 1.f, Ks);
+      load_rows(z, static_cast<const E*>(in.v), b, u0, n, j, z.Hkv, Dv, 1.f, Vs);
+      load_rows(z, in.s, b, u0, n, j, z.Hkv, M, 1.f, Ss);
+      load_block(in.bc + bjc * C * M, C, M, Bz);
+    } else {
+      for_tile(C, M, [&](int i, int m) { Bz(i, m) = 0.f; });  // the initial memory is read undecayed
     }
-    float mx = -INFINITY;
-    for (int m = lane; m < M; m += kWarpSize) mx = fmaxf(mx, Zs(i, m));
-    mx = warp_reduce(mx, MaxOp{});
-    float l = 0.f;
-    for (int m = lane; m < M; m += kWarpSize) l += expf(Zs(i, m) - mx);
-    l = warp_reduce(l, SumOp{});
-    for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = expf(Zs(i, m) - mx) / l;
-    if (lane == 0) lse[tok(z, b, t0 + i, h, z.Hq)] = mx + logf(l);
+    load_block(in.X1S + bjs * int64_t(D) * M, D, M, Xs);
+    __syncthreads();
+    const bool fast = mid_reference_ok(Bz, M);
+    if (qt.intra) {
+      if (fast) scale_to_ref(Ss, Bz, M, Sp);
+      tile_mm<kTC>(
+          C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+          [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
+    }
+    tile_mm<kFp32>(
+        C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+        [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
+    __syncthreads();
+    if (qt.intra) {
+      if (fast)
+        tile_mm<kFp32>(
+            C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+            [&](int r, int m, float acc) { Zs(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
+      else
+        tile_gated_rows<false>(
+            C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+            [&](int r, int m, float acc) { Zs(r, m) += acc; });
+      __syncthreads();
+    }
+    for (int i = warp; i < C; i += warps) {
+      if (i >= n) {
+        for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = 0.f;
+        if (window && lane == 0) rmax[i] = -INFINITY, rsum[i] = 0.f, rslot[i] = 0.f;
+        continue;
+      }
+      float mx = -INFINITY;
+      for (int m = lane; m < M; m += kWarpSize) mx = fmaxf(mx, Zs(i, m));
+      mx = warp_reduce(mx, MaxOp{});
+      float l = 0.f;
+      for (int m = lane; m < M; m += kWarpSize) l += expf(Zs(i, m) - mx);
+      l = warp_reduce(l, SumOp{});
+      const float inv = window ? 1.f : 1.f / l;  // with a window P stays unnormalised until the last key tile
+      for (int m = lane; m < M; m += kWarpSize) Zs(i, m) = expf(Zs(i, m) - mx) * inv;
+      if (lane == 0) {
+        if (window) {
+          rmax[i] = mx, rsum[i] = l, rslot[i] = l;
+        } else {
+          const int64_t row = tok(z, b, t0 + i, h, z.Hq);
+          out.lse[row] = mx + logf(l);
+          if (out.ratio) out.ratio[row] = 1.f;
+        }
+      }
+    }
+    __syncthreads();
+    load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
+    if (qt.intra) {
+      if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
+        for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(Bz(i, m) - mid_ref(Bz, m)); });
+        __syncthreads();
+        tile_mm<kTC>(
+            C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+            [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+      } else {
+        tile_gated_slots(
+            C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+            [&](int r, int x, float acc) { As(r, x) = acc; });
+      }
+      __syncthreads();
+      for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(fast ? mid_ref(Bz, m) : Bz(i, m)); });  // P .* Dec
+    }
+    __syncthreads();
+    auto store = [&](int r, int p, float acc) {
+      if (window)
+        Os(r, p) = acc;
+      else if (r < n)
+        o[tok(z, b, t0 + r, h, z.Hq) * Dv + p] = from_f32<E>(acc);
+    };
+    if (qt.intra)
+      tile_mm2<kTC>(
+          C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+          [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); }, store);
+    else
+      tile_mm<kTC>(
+          C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, store);
+  } else {
+    for_tile(C, Dv, [&](int i, int p) { Os(i, p) = 0.f; });
+    for (int i = threadIdx.x; i < C; i += blockDim.x) rmax[i] = -INFINITY, rsum[i] = 0.f, rslot[i] = 0.f;
   }
-  __syncthreads();
-  load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
-  if (fast) {  // A2 = tril((P .* exp(b - ref)) Sp^T); P is kept in that scaled form until O
-    for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(Bz(i, m) - mid_ref(Bz, m)); });
+  if (!window) return;
+  __syncthreads();  // the slot side's readers of Qs, Ks, Vs and As are done
+  load_rows(z, static_cast<const E*>(in.qr), b, t0, n, h, z.Hq, D, 1.f, Qs);
+  const int64_t kend = t0 + n - 1;
+  for (int64_t k0 = window_begin(z, t0); k0 <= kend; k0 += C) {
+    const int nk = int(std::min<int64_t>(C, kend - k0 + 1));
+    load_rows(z, static_cast<const E*>(in.kr), b, k0, nk, j, z.Hkv, D, 1.f, Ks);
+    load_rows(z, static_cast<const E*>(in.v), b, k0, nk, j, z.Hkv, Dv, 1.f, Vs);
     __syncthreads();
     tile_mm<kTC>(
-        C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
-        [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
-  } else {
-    tile_gated_slots(
-        C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-        [&](int r, int x, float acc) { As(r, x) = acc; });
+        C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+        [&](int r, int x, float acc) {
+          const int64_t t = t0 + r, key = k0 + x;
+          As(r, x) = r < n && x < nk && in_window(z, t, key) ? window_score<E>(z, in, h, t, key, acc) : -INFINITY;
+        });
+    __syncthreads();
+    for (int i = warp; i < C; i += warps) {
+      float mt = -INFINITY;
+      for (int x = lane; x < C; x += kWarpSize) mt = fmaxf(mt, As(i, x));
+      mt = warp_reduce(mt, MaxOp{});
+      const float mold = rmax[i], mnew = fmaxf(mold, mt);
+      const float ref = mnew == -INFINITY ? 0.f : mnew;  // a row that has seen nothing yet: no inf - inf
+      float l = 0.f;
+      for (int x = lane; x < C; x += kWarpSize) {
+        const float e = expf(As(i, x) - ref);
+        As(i, x) = e;
+        l += e;
+      }
+      l = warp_reduce(l, SumOp{});
+      if (lane == 0) {
+        const float alpha = expf(mold - ref);
+        rsum[i] = rsum[i] * alpha + l;
+        rslot[i] *= alpha;
+        rmax[i] = mnew;
+        ralpha[i] = alpha;
+      }
+    }
+    __syncthreads();
+    tile_mm<kTC>(
+        C, Dv, C, [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
+        [&](int r, int p, float acc) { Os(r, p) = Os(r, p) * ralpha[r] + acc; });
+    __syncthreads();  // the next key tile rewrites Ks, Vs and As
   }
-  __syncthreads();
-  for_tile(C, M, [&](int i, int m) { Zs(i, m) *= expf(fast ? mid_ref(Bz, m) : Bz(i, m)); });  // P .* Dec
-  __syncthreads();
-  tile_mm2<kTC>(
-      C, Dv, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
-      [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Vs(x, p); },
-      [&](int r, int p, float acc) {
-        if (r < n) o[tok(z, b, t0 + r, h, z.Hq) * Dv + p] = from_f32<E>(acc);
-      });
+  for_tile(n, Dv, [&](int i, int p) { o[tok(z, b, t0 + i, h, z.Hq) * Dv + p] = from_f32<E>(Os(i, p) / rsum[i]); });
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t row = tok(z, b, t0 + i, h, z.Hq);
+    out.lse[row] = rmax[i] + logf(rsum[i]);
+    if (out.ratio) out.ratio[row] = rslot[i] / rsum[i];
+  }
+}
+
+// The slot tiles of the backward rows, which the window's dQr accumulator reuses.
+int64_t backward_slot_floats(const Sizes& z) {
+  return 6 * tile_floats(z.M) + std::max(z.D, z.Dv) * smem_ld(int(z.M));
 }
 
 size_t chunk_backward_rows_smem(const Sizes& z) {
-  return size_t(2 * tile_floats(z.D) + 2 * tile_floats(z.Dv) + 6 * tile_floats(z.M) + tile_floats(C) +
-                std::max(z.D, z.Dv) * smem_ld(int(z.M))) *
-         sizeof(float);
+  const int64_t shared = std::max(backward_slot_floats(z), z.window > 0 ? tile_floats(z.D) : 0);
+  return size_t(2 * tile_floats(z.D) + 2 * tile_floats(z.Dv) + tile_floats(C) + 2 * C + shared) * sizeof(float);
 }
 
-// GSA backward of one chunk and query head, row side (4.3): rebuilds Z and P (from lse), then
-// dA2 = tril(dO Vc^T), dP = (dO HvS^T) .* Dec + dPi, dZ = P .* (dP - rowsum(P .* dP)), and
-// dQ = scale (dZ .* Dec) HkS^T + scale dA1 Kc with dA1 = gated tril(dZ, S). Writes W1 = dZ, W2 = P,
-// RB = Z .* dZ + P .* dP for the write side, and dq.
+// Backward of one query tile and head, row side (gsa.md 4.3, nha.md 5.3). With a window, delta =
+// <dO, O> per row comes from the forward's output (written to gr.delta for window_grad_kernel);
+// without one it is rowsum(P .* dP) over the slots. Slots: rebuild Z and P = exp(Z - lse), then
+// dA2 = tril(dO Vc^T), dP = (dO HvS^T) .* Dec + dPi, dZ = P .* (dP - delta), and
+// dQ = scale (dZ .* Dec) HkS^T + scale dA1 Kc with dA1 = gated tril(dZ, S); writes W1 = dZ, W2 = P,
+// RB = Z .* dZ + P .* dP for the write side, and dq. Window, C keys at a time: P = exp(S - lse),
+// dS = P .* (dO Vw^T - delta), dQr += scale dS Kr (and the bias gradient); writes dqr. The keys'
+// and values' window gradients are window_grad_kernel's.
+// Grid (B Hq NQ), blockDim kChunkThreads; shared: chunk_backward_rows_smem (about 140 KiB at D = Dv =
+// 64, M = 32).
 template <typename E>
 __global__ void __launch_bounds__(kChunkThreads) chunk_backward_rows_kernel(Sizes z, RowInputs in, RowGrads gr) {
   extern __shared__ float sm[];
   constexpr Mma kTC = kFast<E>, kFp32 = kExact<E>;
   const int D = int(z.D), Dv = int(z.Dv), M = int(z.M);
-  SMat Qs{sm, smem_ld(D)};
-  SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};
-  SMat Vs{Ks.p + tile_floats(D), smem_ld(Dv)};
+  SMat Qs{sm, smem_ld(D)};                      // q, then the rotated q of the window
+  SMat Ks{Qs.p + tile_floats(D), smem_ld(D)};   // k of chunk c, then the rotated keys of a window tile
+  SMat Vs{Ks.p + tile_floats(D), smem_ld(Dv)};  // v of chunk c, then the values of a window tile
   SMat dOs{Vs.p + tile_floats(Dv), smem_ld(Dv)};
-  SMat Ss{dOs.p + tile_floats(Dv), smem_ld(M)};
+  SMat As{dOs.p + tile_floats(Dv), smem_ld(C)};  // A1, dA2, dA1 in turn; then the window's P and dS
+  float* rL = As.p + tile_floats(C);             // C: lse of the rows
+  float* rD = rL + C;                            // C: delta of the rows (window)
+  SMat Ss{rD + C, smem_ld(M)};                   // from here backward_slot_floats(z): the slot tiles
   SMat Bz{Ss.p + tile_floats(M), smem_ld(M)};
   SMat Sp{Bz.p + tile_floats(M), smem_ld(M)};
   SMat Zs{Sp.p + tile_floats(M), smem_ld(M)};   // Z, later dZ (times exp(b - ref) on the fast path)
   SMat Ps{Zs.p + tile_floats(M), smem_ld(M)};   // P
   SMat dPs{Ps.p + tile_floats(M), smem_ld(M)};  // dP, later dZ .* Dec
-  SMat As{dPs.p + tile_floats(M), smem_ld(C)};  // A1, dA2, dA1 in turn
-  SMat Xs{As.p + tile_floats(C), smem_ld(M)};   // HkS, HvS^T, HkS again
-  const int64_t blk = blockIdx.x, c = blk % z.NC, bh = blk / z.NC, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
-  const int n = chunk_tokens(c, z.T);
-  const int64_t t0 = c * C, bjc = (b * z.Hkv + j) * z.NC + c, bjs = (b * z.Hkv + j) * (z.NC + 1) + c;
+  SMat Xs{dPs.p + tile_floats(M), smem_ld(M)};  // HkS, HvS^T, HkS again
+  SMat dQs{Ss.p, smem_ld(D)};                   // window: dQr, unscaled, over the slot tiles once they are done
+  const int64_t blk = blockIdx.x, bh = blk / z.NQ, h = bh % z.Hq, b = bh / z.Hq, j = h / z.G;
+  const QueryTile qt = query_tile(z, blk % z.NQ);
+  const int n = qt.n;
+  const int64_t t0 = qt.t0;
+  const bool window = z.window > 0;
   const float scale = in.scale;
-  const float* X1 = in.X1S + bjs * int64_t(D) * M;
-  load_rows(z, static_cast<const E*>(in.q), b, t0, n, h, z.Hq, D, 1.f, Qs);
-  load_rows(z, static_cast<const E*>(in.k), b, t0, n, j, z.Hkv, D, 1.f, Ks);
-  load_rows(z, static_cast<const E*>(in.v), b, t0, n, j, z.Hkv, Dv, 1.f, Vs);
-  load_rows(z, static_cast<const E*>(gr.dout), b, t0, n, h, z.Hq, Dv, 1.f, dOs);
-  load_rows(z, in.s, b, t0, n, j, z.Hkv, M, 1.f, Ss);
-  load_block(in.bc + bjc * C * M, C, M, Bz);
-  load_block(X1, D, M, Xs);
-  __syncthreads();
-  const bool fast = mid_reference_ok(Bz, M);
-  if (fast) scale_to_ref(Ss, Bz, M, Sp);
-  // Key-side gated product of the rows (Zi, dPi): into dst, added.
-  auto gated_rows = [&](SMat dst) {
-    if (fast)
-      tile_mm<kFp32>(
-          C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
-          [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
-    else
-      tile_gated_rows<false>(
-          C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-          [&](int r, int m, float acc) { dst(r, m) += acc; });
-  };
-  tile_mm<kTC>(
-      C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
-      [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
-  tile_mm<kFp32>(
-      C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
-      [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
-  __syncthreads();
-  gated_rows(Zs);
-  __syncthreads();
-  load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
-  gather_tile(
-      C, M, [&](int i, int) { return i < n ? gr.lse[tok(z, b, t0 + i, h, z.Hq)] : 0.f; },
-      [&](int i, int m, float L) { Ps(i, m) = i < n ? expf(Zs(i, m) - L) : 0.f; });
-  tile_mm<kTC>(
-      C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
-      [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
-  __syncthreads();
-  tile_mm<kFp32>(
-      C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
-      [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
-  __syncthreads();
-  gated_rows(dPs);
-  __syncthreads();
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
-  for (int i = warp; i < C; i += warps) {
-    float d = 0.f;
-    for (int m = lane; m < M; m += kWarpSize) d += Ps(i, m) * dPs(i, m);
-    d = warp_reduce(d, SumOp{});
-    const int64_t row = tok(z, b, t0 + i, h, z.Hq);
-    for (int m = lane; m < M; m += kWarpSize) {
-      const float P = Ps(i, m), dP = dPs(i, m), dZ = P * (dP - d);
-      if (i < n) {
-        gr.W1[row * M + m] = dZ;
-        gr.W2[row * M + m] = P;
-        gr.RB[row * M + m] = Zs(i, m) * dZ + P * dP;
+  load_rows(z, static_cast<const E*>(gr.dout), b, t0, n, h, z.Hq, Dv, 1.f, dOs);
+  for (int i = threadIdx.x; i < C; i += blockDim.x) rL[i] = i < n ? gr.lse[tok(z, b, t0 + i, h, z.Hq)] : 0.f;
+  if (window) {
+    __syncthreads();  // dOs
+    const E* o = static_cast<const E*>(gr.o);
+    for (int i = warp; i < C; i += warps) {
+      const int64_t row = tok(z, b, t0 + i, h, z.Hq);
+      float d = 0.f;
+      for (int p = lane; p < Dv && i < n; p += kWarpSize) d += dOs(i, p) * to_f32(o[row * Dv + p]);
+      d = warp_reduce(d, SumOp{});
+      if (lane == 0) {
+        rD[i] = d;
+        if (i < n) gr.delta[row] = d;
       }
-      Zs(i, m) = fast ? dZ * expf(Bz(i, m) - mid_ref(Bz, m)) : dZ;
-      dPs(i, m) = dZ * expf(Bz(i, m));
     }
   }
-  __syncthreads();
-  load_block(X1, D, M, Xs);
-  if (fast)
+  if (M > 0) {
+    const int64_t u0 = qt.c * C, bjc = (b * z.Hkv + j) * z.NC + qt.c, bjs = (b * z.Hkv + j) * (z.NC + 1) + qt.c;
+    const float* X1 = in.X1S + bjs * int64_t(D) * M;
+    load_rows(z, static_cast<const E*>(in.q), b, t0, n, h, z.Hq, D, 1.f, Qs);
+    if (qt.intra) {
+      load_rows(z, static_cast<const E*>(in.k), b, u0, n, j, z.Hkv, D, 1.f, Ks);
+      load_rows(z, static_cast<const E*>(in.v), b, u0, n, j, z.Hkv, Dv, 1.f, Vs);
+      load_rows(z, in.s, b, u0, n, j, z.Hkv, M, 1.f, Ss);
+      load_block(in.bc + bjc * C * M, C, M, Bz);
+    } else {
+      for_tile(C, M, [&](int i, int m) { Bz(i, m) = 0.f; });  // the initial memory is read undecayed
+    }
+    load_block(X1, D, M, Xs);
+    __syncthreads();
+    const bool fast = mid_reference_ok(Bz, M);
+    if (qt.intra && fast) scale_to_ref(Ss, Bz, M, Sp);
+    // Key-side gated product of the rows (Zi, dPi): into dst, added.
+    auto gated_rows = [&](SMat dst) {
+      if (fast)
+        tile_mm<kFp32>(
+            C, M, C, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Sp(x, m); },
+            [&](int r, int m, float acc) { dst(r, m) += acc * expf(Bz(r, m) - mid_ref(Bz, m)); });
+      else
+        tile_gated_rows<false>(
+            C, M, [&](int r, int x) { return As(r, x); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+            [&](int r, int m, float acc) { dst(r, m) += acc; });
+    };
+    if (qt.intra)
+      tile_mm<kTC>(
+          C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+          [&](int r, int x, float acc) { As(r, x) = x <= r ? scale * acc : 0.f; });
+    tile_mm<kFp32>(
+        C, M, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int m) { return Xs(k, m); },
+        [&](int r, int m, float acc) { Zs(r, m) = scale * acc * expf(Bz(r, m)); });
+    __syncthreads();
+    if (qt.intra) {
+      gated_rows(Zs);
+      __syncthreads();
+    }
+    load_block(in.X2S + bjs * int64_t(Dv) * M, Dv, M, Xs);
+    for_tile(C, M, [&](int i, int m) { Ps(i, m) = i < n ? expf(Zs(i, m) - rL[i]) : 0.f; });
+    if (qt.intra)
+      tile_mm<kTC>(
+          C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
+          [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+    __syncthreads();
+    tile_mm<kFp32>(
+        C, M, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int m) { return Xs(p, m); },
+        [&](int r, int m, float acc) { dPs(r, m) = acc * expf(Bz(r, m)); });
+    __syncthreads();
+    if (qt.intra) {
+      gated_rows(dPs);
+      __syncthreads();
+    }
+    for (int i = warp; i < C; i += warps) {
+      float d = 0.f;
+      if (window) {
+        d = rD[i];
+      } else {
+        for (int m = lane; m < M; m += kWarpSize) d += Ps(i, m) * dPs(i, m);
+        d = warp_reduce(d, SumOp{});
+      }
+      const int64_t row = tok(z, b, t0 + i, h, z.Hq);
+      for (int m = lane; m < M; m += kWarpSize) {
+        const float P = Ps(i, m), dP = dPs(i, m), dZ = P * (dP - d);
+        if (i < n) {
+          gr.W1[row * M + m] = dZ;
+          gr.W2[row * M + m] = P;
+          gr.RB[row * M + m] = Zs(i, m) * dZ + P * dP;
+        }
+        Zs(i, m) = fast ? dZ * expf(Bz(i, m) - mid_ref(Bz, m)) : dZ;
+        dPs(i, m) = dZ * expf(Bz(i, m));
+      }
+    }
+    __syncthreads();
+    load_block(X1, D, M, Xs);
+    if (qt.intra) {
+      if (fast)
+        tile_mm<kTC>(
+            C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
+            [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
+      else
+        tile_gated_slots(
+            C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
+            [&](int r, int x, float acc) { As(r, x) = acc; });
+    }
+    __syncthreads();
+    auto store = [&](int r, int p, float acc) {
+      if (r < n) gr.dq[tok(z, b, t0 + r, h, z.Hq) * D + p] = scale * acc;
+    };
+    if (qt.intra)
+      tile_mm2<kTC>(
+          C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
+          [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); }, store);
+    else
+      tile_mm<kTC>(
+          C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, store);
+  }
+  if (!window) return;
+  __syncthreads();  // the slot side's readers of Qs, Ks, Vs and As are done
+  load_rows(z, static_cast<const E*>(in.qr), b, t0, n, h, z.Hq, D, 1.f, Qs);
+  for_tile(C, D, [&](int i, int p) { dQs(i, p) = 0.f; });
+  const int64_t kend = t0 + n - 1;
+  for (int64_t k0 = window_begin(z, t0); k0 <= kend; k0 += C) {
+    const int nk = int(std::min<int64_t>(C, kend - k0 + 1));
+    load_rows(z, static_cast<const E*>(in.kr), b, k0, nk, j, z.Hkv, D, 1.f, Ks);
+    load_rows(z, static_cast<const E*>(in.v), b, k0, nk, j, z.Hkv, Dv, 1.f, Vs);
+    __syncthreads();
+    auto seen = [&](int r, int x) { return r < n && x < nk && in_window(z, t0 + r, k0 + x); };
     tile_mm<kTC>(
-        C, C, M, [&](int r, int m) { return Zs(r, m); }, [&](int m, int x) { return Sp(x, m); },
-        [&](int r, int x, float acc) { As(r, x) = x <= r ? acc : 0.f; });
-  else
-    tile_gated_slots(
-        C, M, [&](int r, int m) { return Zs(r, m); }, [&](int x, int m) { return Ss(x, m); }, Bz,
-        [&](int r, int x, float acc) { As(r, x) = acc; });
+        C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+        [&](int r, int x, float acc) {
+          As(r, x) = seen(r, x) ? expf(window_score<E>(z, in, h, t0 + r, k0 + x, acc) - rL[r]) : 0.f;
+        });
+    // Same R x N as the product above: each thread rewrites the elements it wrote there, no barrier.
+    tile_mm<kTC>(
+        C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
+        [&](int r, int x, float acc) {
+          const float ds = As(r, x) * (acc - rD[r]);
+          As(r, x) = ds;
+          if (gr.dbias && seen(r, x)) atomicAdd(gr.dbias + h * z.nb + (t0 + r - k0 - x), ds);
+        });
+    __syncthreads();
+    tile_mm<kTC>(
+        C, D, C, [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
+        [&](int r, int p, float acc) { dQs(r, p) += acc; });
+    __syncthreads();  // the next key tile rewrites Ks, Vs and As
+  }
+  for_tile(n, D, [&](int i, int p) { gr.dqr[tok(z, b, t0 + i, h, z.Hq) * D + p] = scale * dQs(i, p); });
+}
+
+size_t window_grad_smem(const Sizes& z) {
+  return size_t(3 * tile_floats(z.D) + 3 * tile_floats(z.Dv) + tile_floats(C) + 2 * C) * sizeof(float);
+}
+
+struct WindowGrads {
+  const void* dout;    // (B, T, Hq, Dv)
+  const float* lse;    // (B, T, Hq)
+  const float* delta;  // (B, T, Hq) <dO, O>
+  float* dkr;          // (B, T, Hkv, D) gradient of the rotated keys through the window: written
+  float* dv;           // (B, T, Hkv, Dv): the window part added
+};
+
+// Window gradients of the keys and values (nha.md 5.3), key-major as in the flash-attention backward:
+// one block per (b, kv head, tile of C keys from k0) loops over the G query heads and the query tiles
+// of C rows from k0 that see the keys (queries up to k0 + C + window - 2), rebuilding P = exp(S - lse)
+// and dS = P .* (dO Vw^T - delta): dv += P^T dO, dkr = scale dS^T Qr, summed in shared memory and
+// written once (no atomics, and no order that depends on the schedule). Separate from the row kernel,
+// which owns dqr: a query tile and a key tile meet in both, P and dS are recomputed rather than
+// exchanged. Grid (B Hkv ceil(T / C)), blockDim kChunkThreads; shared: window_grad_smem (about 114 KiB
+// at D = Dv = 64).
+template <typename E>
+__global__ void __launch_bounds__(kChunkThreads) window_grad_kernel(Sizes z, RowInputs in, WindowGrads gr) {
+  extern __shared__ float sm[];
+  constexpr Mma kTC = kFast<E>;
+  const int D = int(z.D), Dv = int(z.Dv);
+  SMat Ks{sm, smem_ld(D)};  // rotated keys of the tile
+  SMat Vs{Ks.p + tile_floats(D), smem_ld(Dv)};
+  SMat dKs{Vs.p + tile_floats(Dv), smem_ld(D)};  // sums over the query tiles, unscaled
+  SMat dVs{dKs.p + tile_floats(D), smem_ld(Dv)};
+  SMat Qs{dVs.p + tile_floats(Dv), smem_ld(D)};  // rotated queries of one query tile and head
+  SMat dOs{Qs.p + tile_floats(D), smem_ld(Dv)};
+  SMat As{dOs.p + tile_floats(Dv), smem_ld(C)};  // P, then dS: (query, key)
+  float* rL = As.p + tile_floats(C);             // C: lse of the query rows
+  float* rD = rL + C;                            // C: delta of the query rows
+  const int64_t NK = (z.T + C - 1) / C, blk = blockIdx.x, bj = blk / NK, b = bj / z.Hkv, j = bj % z.Hkv;
+  const int64_t k0 = (blk % NK) * C;
+  const int nk = int(std::min<int64_t>(C, z.T - k0));
+  const int64_t qend = std::min<int64_t>(z.T - 1, k0 + nk - 1 + z.window - 1);
+  load_rows(z, static_cast<const E*>(in.kr), b, k0, nk, j, z.Hkv, D, 1.f, Ks);
+  load_rows(z, static_cast<const E*>(in.v), b, k0, nk, j, z.Hkv, Dv, 1.f, Vs);
+  for_tile(C, D, [&](int x, int p) { dKs(x, p) = 0.f; });
+  for_tile(C, Dv, [&](int x, int p) { dVs(x, p) = 0.f; });
+  for (int64_t h = j * z.G; h < (j + 1) * z.G; ++h)
+    for (int64_t q0 = k0; q0 <= qend; q0 += C) {
+      const int nq = int(std::min<int64_t>(C, qend - q0 + 1));
+      __syncthreads();  // the previous step's readers of Qs, dOs, As, rL and rD are done
+      load_rows(z, static_cast<const E*>(in.qr), b, q0, nq, h, z.Hq, D, 1.f, Qs);
+      load_rows(z, static_cast<const E*>(gr.dout), b, q0, nq, h, z.Hq, Dv, 1.f, dOs);
+      for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        const int64_t row = tok(z, b, q0 + std::min(i, nq - 1), h, z.Hq);
+        rL[i] = i < nq ? gr.lse[row] : 0.f;
+        rD[i] = i < nq ? gr.delta[row] : 0.f;
+      }
+      __syncthreads();
+      tile_mm<kTC>(
+          C, C, D, [&](int r, int k) { return Qs(r, k); }, [&](int k, int x) { return Ks(x, k); },
+          [&](int r, int x, float acc) {
+            const int64_t t = q0 + r, key = k0 + x;
+            As(r, x) = r < nq && x < nk && in_window(z, t, key) ? expf(window_score<E>(z, in, h, t, key, acc) - rL[r])
+                                                                : 0.f;
+          });
+      __syncthreads();
+      tile_mm<kTC>(
+          C, Dv, C, [&](int x, int r) { return As(r, x); }, [&](int r, int p) { return dOs(r, p); },
+          [&](int x, int p, float acc) { dVs(x, p) += acc; });
+      __syncthreads();  // dS overwrites P
+      tile_mm<kTC>(
+          C, C, Dv, [&](int r, int p) { return dOs(r, p); }, [&](int p, int x) { return Vs(x, p); },
+          [&](int r, int x, float acc) { As(r, x) *= acc - rD[r]; });
+      __syncthreads();
+      tile_mm<kTC>(
+          C, D, C, [&](int x, int r) { return As(r, x); }, [&](int r, int p) { return Qs(r, p); },
+          [&](int x, int p, float acc) { dKs(x, p) += acc; });
+    }
   __syncthreads();
-  tile_mm2<kTC>(
-      C, D, M, [&](int r, int m) { return dPs(r, m); }, [&](int m, int p) { return Xs(p, m); }, C,
-      [&](int r, int x) { return As(r, x); }, [&](int x, int p) { return Ks(x, p); },
-      [&](int r, int p, float acc) {
-        if (r < n) gr.dq[tok(z, b, t0 + r, h, z.Hq) * D + p] = scale * acc;
-      });
+  const float scale = in.scale;
+  auto at = [&](int x, int64_t cols) { return tok(z, b, k0 + x, j, z.Hkv) * cols; };
+  for_tile(nk, D, [&](int x, int p) { gr.dkr[at(x, D) + p] = scale * dKs(x, p); });
+  gather_tile(
+      nk, Dv, [&](int x, int p) { return gr.dv[at(x, Dv) + p]; },
+      [&](int x, int p, float old) { gr.dv[at(x, Dv) + p] = old + dVs(x, p); });
 }
 
 size_t chunk_grad_smem(const Sizes& z, int P) {
@@ -1044,9 +1356,11 @@ __global__ void scan_chunks_kernel(Sizes z, int P, bool reverse, const float* __
 // Host side
 // ---------------------------------------------------------------------------------------------
 
-// The chunk kernels of the GSA row side: no window, no token shift, and their tiles fit in shared memory.
-bool gsa_chunk_path(const Sizes& z, const Device& dev, size_t smem) {
-  return z.window == 0 && z.shift == 0 && z.M > 0 && smem <= cuda_device_props(dev.index).smem_per_block_optin;
+// The chunk kernels take the rows when their tiles fit in shared memory (with the opt-in); the
+// per-query kernels are left for head dims and slot counts beyond that (e.g. D = Dv = 128 with
+// M = 64 and a window).
+bool chunk_rows_fit(const Device& dev, size_t smem) {
+  return smem <= cuda_device_props(dev.index).smem_per_block_optin;
 }
 
 template <typename K>
@@ -1140,13 +1454,13 @@ SlotAttentionOut slot_attention_forward_cuda(const SlotAttentionArgs& a, bool wa
   if (want_ratio) out.long_ratio = Tensor::empty({z.B, z.T, z.Hq}, DType::f32, dev);
   const int64_t rows = z.B * z.T * z.Hq;
   const size_t chunk_smem = chunk_forward_smem(z);
-  if (rows > 0 && gsa_chunk_path(z, dev, chunk_smem) && !want_ratio)
+  if (rows > 0 && chunk_rows_fit(dev, chunk_smem))
     visit_cuda_float("slot_attention_forward", a.q.dtype(), [&](auto tag) {
       using E = decltype(tag);
-      const unsigned blocks = unsigned(z.B * z.Hq * z.NC);
+      const unsigned blocks = unsigned(z.B * z.Hq * z.NQ);
       allow_smem(chunk_forward_kernel<E>, chunk_smem);
-      chunk_forward_kernel<E><<<blocks, kChunkThreads, chunk_smem, st>>>(z, row_inputs(a, mem), out.o.data<E>(),
-                                                                        fptr(out.lse));
+      chunk_forward_kernel<E><<<blocks, kChunkThreads, chunk_smem, st>>>(
+          z, row_inputs(a, mem), RowOutputs{out.o.raw_data(), fptr(out.lse), fptr(out.long_ratio)});
       HYB_CUDA_LAUNCH_CHECK("slot_attention chunk_forward_kernel", blocks, kChunkThreads, chunk_smem);
     });
   else if (rows > 0)
@@ -1169,15 +1483,19 @@ SlotAttentionOut slot_attention_forward_cuda(const SlotAttentionArgs& a, bool wa
   return out;
 }
 
-SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& dout0,
-                                                const Tensor& dHK0_, const Tensor& dHV0_) {
+SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
+                                                const Tensor& dout0, const Tensor& dHK0_, const Tensor& dHV0_) {
   const Sizes z = sizes_of(a);
   check_args(a, z);
   const Device dev = a.q.device();
   cudaStream_t st = current_stream(dev.index);
   HYB_CHECK(lse.defined() && lse.dtype() == DType::f32 && lse.shape() == Shape({z.B, z.T, z.Hq}) && lse.is_cuda(),
             "slot_attention_backward (cuda): lse must be f32 (B, T, Hq) on the device, got ", lse.str());
-  const Tensor dout = dout0.contiguous(), lsec = lse.contiguous();
+  HYB_CHECK(z.window == 0 || (o.defined() && o.shape() == Shape({z.B, z.T, z.Hq, z.Dv}) && o.dtype() == a.q.dtype() &&
+                              o.is_cuda()),
+            "slot_attention_backward (cuda): with a window the forward's output o must be (B, T, Hq, Dv) = (", z.B,
+            ", ", z.T, ", ", z.Hq, ", ", z.Dv, ") in ", dtype_name(a.q.dtype()), " on the device, got ", o.str());
+  const Tensor dout = dout0.contiguous(), lsec = lse.contiguous(), oc = z.window > 0 ? o.contiguous() : Tensor();
   const Tensor dHKT = dHK0_.defined() ? dHK0_.to(DType::f32).contiguous() : Tensor();
   const Tensor dHVT = dHV0_.defined() ? dHV0_.to(DType::f32).contiguous() : Tensor();
   const Memory mem = memory_states(a, z);
@@ -1211,17 +1529,25 @@ SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, cons
   const int64_t rows = z.B * z.T * z.Hq;
   visit_cuda_float("slot_attention_backward", a.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
-    const size_t rows_smem = chunk_backward_rows_smem(z);
-    if (rows > 0 && gsa_chunk_path(z, dev, rows_smem)) {
+    const size_t rows_smem = chunk_backward_rows_smem(z), window_smem = z.window > 0 ? window_grad_smem(z) : 0;
+    if (rows > 0 && chunk_rows_fit(dev, std::max(rows_smem, window_smem))) {
+      const Tensor delta = z.window > 0 ? Tensor::empty({z.B, z.T, z.Hq}, DType::f32, dev) : Tensor();
       RowGrads rg{dout.raw_data(), fptr(lsec), fptr(W1), fptr(W2), fptr(RB), fptr(gr.dq), fptr(gr.dqr), fptr(gr.dkr),
-                  fptr(gr.dv), fptr(gr.dbias)};
-      const unsigned blocks = unsigned(z.B * z.Hq * z.NC);
+                  fptr(gr.dv), fptr(gr.dbias), z.window > 0 ? oc.raw_data() : nullptr, fptr(delta)};
+      const unsigned blocks = unsigned(z.B * z.Hq * z.NQ);
       allow_smem(chunk_backward_rows_kernel<E>, rows_smem);
       chunk_backward_rows_kernel<E><<<blocks, kChunkThreads, rows_smem, st>>>(z, row_inputs(a, mem), rg);
       HYB_CUDA_LAUNCH_CHECK("slot_attention chunk_backward_rows_kernel", blocks, kChunkThreads, rows_smem);
+      if (z.window > 0) {
+        const unsigned kblocks = unsigned(z.B * z.Hkv * ((z.T + C - 1) / C));
+        allow_smem(window_grad_kernel<E>, window_smem);
+        window_grad_kernel<E><<<kblocks, kChunkThreads, window_smem, st>>>(
+            z, row_inputs(a, mem), WindowGrads{dout.raw_data(), fptr(lsec), fptr(delta), fptr(gr.dkr), fptr(gr.dv)});
+        HYB_CUDA_LAUNCH_CHECK("slot_attention window_grad_kernel", kblocks, kChunkThreads, window_smem);
+      }
     } else if (rows > 0) {
       RowGrads rg{dout.raw_data(), fptr(lsec), fptr(W1), fptr(W2), fptr(RB), fptr(gr.dq), fptr(gr.dqr), fptr(gr.dkr),
-                  fptr(gr.dv), fptr(gr.dbias)};
+                  fptr(gr.dv), fptr(gr.dbias), nullptr, nullptr};
       const size_t smem = size_t(3 * z.D + z.Dv + 4 * z.M + C + 2 * kRowThreads) * sizeof(float);
       backward_row_kernel<E><<<unsigned(rows), kRowThreads, smem, st>>>(z, row_inputs(a, mem), rg);
       HYB_CUDA_LAUNCH_CHECK("slot_attention backward_row_kernel", rows, kRowThreads, smem);

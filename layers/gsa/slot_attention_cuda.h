@@ -7,12 +7,14 @@
 // Tokens are cut into chunks of kScanChunk = 64; g is cumulated in fp32 inside each chunk only
 // (rule 4.1.1), and every exponent evaluated is b_i - b_j with j <= i, b_i, or bl - b_j (4.1.2).
 //   forward: chunk-start states of X1 and X2 (per-chunk increments, then a scan over chunks); then
-//            the rows: one block per (query head, chunk) for GSA, per query row for NHA (slot logits,
-//            window logits with an online softmax); o and lse (saved).
+//            the rows: one block per (query head, tile of 64 queries) with the slot logits and the
+//            window logits in one softmax (the window C keys at a time, online); o and lse (saved).
+//            A tile's queries read the memory of one chunk: tiles start at chunk boundaries + shift.
 //   backward: the rows rebuild the probabilities from lse and write the adjoints of the two memory
-//            reads (dZ and P per slot), dq, and the window gradients; a reverse scan per memory gives
-//            the adjoint at every chunk end; one block per chunk turns those into dk, dv, ds and the
-//            gate gradient (chunk-local reverse cumsum plus the tail of 4.3).
+//            reads (dZ and P per slot), dq, and the window's dq; a key-major pass gives the window's
+//            dk and dv; a reverse scan per memory gives the adjoint at every chunk end; one block per
+//            chunk turns those into dk, dv, ds and the gate gradient (chunk-local reverse cumsum plus
+//            the tail of 4.3).
 // Intermediates are fp32; q, k, v, o and their gradients are f32 or bf16. With bf16 inputs the chunk
 // kernels multiply on tensor cores (bf16 operands, split into hi + lo where fp32 accuracy matters).
 //   SlotAttentionArgs a{...};  SlotAttentionOut y = slot_attention_forward_cuda(a, false);
@@ -50,8 +52,9 @@ struct SlotAttentionGrads {  // all f32; the caller converts to the inputs' dtyp
   Tensor dHK0, dHV0;    // when the initial memories were given
   Tensor dbias;         // when a bias was given
 };
-// dHK, dHV: gradients of the final memories, or undefined.
-SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& dout,
-                                                const Tensor& dHK, const Tensor& dHV);
+// lse and o: the forward's (o is read only with a window: delta = <dO, O> of every row). dHK, dHV:
+// gradients of the final memories, or undefined.
+SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
+                                                const Tensor& dout, const Tensor& dHK, const Tensor& dHV);
 
 }  // namespace hyb

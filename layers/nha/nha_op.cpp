@@ -111,13 +111,13 @@ NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 #if HYBRID_CUDA
   if (q.is_cuda()) {
     SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d), p.long_ratio);
-    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, y.lse};
+    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, y.lse, y.o};
     return {y.o, y.HK, y.HV, y.long_ratio};
   }
 #endif
   (void)d;
   NhaOutputs r = nha_forward_cpu(q, k, v, s, g, HK0, HV0, bias, p);
-  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, Tensor()};
+  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, Tensor(), Tensor()};
   return r;
 }
 
@@ -134,8 +134,12 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
   if (s.q.is_cuda()) {
     const NhaParams& p = s.params;
     const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d);
-    const Tensor lse = s.lse.defined() ? s.lse : slot_attention_forward_cuda(a, false).lse;
-    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, dout, dHK, dHV);
+    Tensor lse = s.lse, o = s.o;
+    if (!lse.defined()) {  // a record without them (from the CPU forward) reruns the forward
+      const SlotAttentionOut y = slot_attention_forward_cuda(a, false);
+      lse = y.lse, o = y.o;
+    }
+    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, o, dout, dHK, dHV);
     // The window side saw RoPE(q), RoPE(k): its gradients go back through the transposed rotation.
     auto total = [&](Tensor mem, const Tensor& win) {
       if (win.defined()) cuda_add_(mem, p.rope ? rope_backward(win, rope_table_for(s.q, p, d), p.rope_offset) : win, 1.0);
@@ -180,7 +184,7 @@ NhaVars nha(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g
         return Grads{gr.dq, gr.dk, gr.dv, gr.ds, gr.dg, gr.dHK0, gr.dHV0, gr.dbias};
       },
       {{"q", sv.q}, {"k", sv.k}, {"v", sv.v}, {"s", sv.s}, {"g", sv.g}, {"HK0", sv.HK0}, {"HV0", sv.HV0},
-       {"bias", sv.bias}});
+       {"bias", sv.bias}, {"o", sv.o}});
   NhaVars y{out[0], slots ? out[1] : Var(), slots ? out[2] : Var(), r.long_ratio};
   return y;
 }

@@ -57,9 +57,10 @@ struct NhaSaved {        // exactly what nha_backward reads
   Tensor bias;           // (Hq, nb) or undefined
   NhaParams params;
   Tensor lse;            // CUDA only: (B, T, Hq) f32 log normaliser of each query's joint softmax
-  // Not saved: o, the logits, the softmax and the memories (T D M per kv head). The CPU backward
-  // reruns the forward per (b, kv head); the CUDA backward recomputes the chunk-start memories and
-  // rebuilds the probabilities from lse (nha.md 5.3).
+  Tensor o;              // CUDA only: (B, T, Hq, Dv) the output, for delta = <dO, o> (nha.md 5.3)
+  // Not saved: the logits, the softmax and the memories (T D M per kv head). The CPU backward reruns
+  // the forward per (b, kv head); the CUDA backward recomputes the chunk-start memories and rebuilds
+  // the probabilities from lse (nha.md 5.3).
 };
 
 struct NhaGrads {

@@ -1,9 +1,13 @@
 // nha on CUDA against the f64 recurrent CPU reference in every window regime of nha.md 2: o, the
 // final memories, omega_L and every gradient (q, k, v, s, g, the initial memories and the window
-// bias) under random final-memory gradients; windows 0, small, over one 128-key tile of the online
-// softmax, >= T and unlimited; token shift equal to the window, 0, other values and "never"; M = 0;
-// T off the 64-token chunk, GQA. The NHA mixer decoding on CUDA (ring of w tokens plus slots) equals
-// its parallel forward in every ablation that changes the op calls.
+// bias) under random final-memory gradients; windows 0, small, over several 64-key tiles of the
+// online softmax, >= T and unlimited; token shift equal to the window, 0, other values and "never";
+// M = 0; T off the 64-token chunk, GQA, and head dims whose tiles exceed the shared memory of a block
+// (the per-query kernels). Then the same over several 64-query tiles of the chunk kernels: the paper
+// form and each ablation that goes through them (no token shift, no short memory, no long memory),
+// windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
+// NHA mixer decoding on CUDA (ring of w tokens plus slots) equals its parallel forward in every
+// ablation that changes the op calls.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -61,6 +65,8 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
       {"no slots (M = 0), window 8", 2, 50, 4, 2, 16, 16, 0, 8, 0, true, false, true, false},
       {"window 200 over two key tiles, shift 200", 1, 300, 2, 1, 8, 8, 4, 200, 200, true, false, true, false},
       {"window 150, shift 20, no rope", 1, 300, 2, 2, 8, 6, 3, 150, 20, false, true, false, true},
+      {"D = Dv = 128, M 64, w = shift = 8: tiles past the shared memory, per-query kernels", 1, 70, 2, 1, 128, 128, 64,
+       8, 8, true, true, true, true},
   };
   for (const Regime& c : regimes) {
     DYNAMIC_SECTION(c.name) {
@@ -97,6 +103,90 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
             p.shift = c.shift;
             p.rope = c.rope;
             p.scale = 0.5;
+            p.long_ratio = c.ratio;
+            NhaVars y = nha(x[0], x[1], x[2], s, g, HK0, HV0, bias, p);
+            std::vector<Var> out{y.o};
+            if (c.M > 0) {
+              out.push_back(y.HK);
+              out.push_back(y.HV);
+            }
+            if (c.ratio) out.push_back(Var(y.long_ratio));
+            return out;
+          },
+          in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("nha on cuda matches the cpu reference over several query tiles of the chunk kernels, outputs and every "
+          "gradient",
+          "[nha][gpu]") {
+  // Query tiles start at chunk boundaries + shift, the window's key tiles at t0 - w + 1: shifts and
+  // windows off the 64-token tile put both out of step with the chunks and with each other.
+  struct Case {
+    const char* name;
+    int64_t B, T, Hq, Hkv, D, Dv, M, window, shift;
+    bool states, bias, ratio;
+    double glo;  // gates uniform in [glo, -0.01]
+  };
+  const Case cases[] = {
+      {"paper form w = shift = 32, M 32, T 150", 2, 150, 2, 2, 32, 32, 32, 32, 32, true, false, true, -0.9},
+      {"w = shift = 1, M 16, GQA, bias", 2, 130, 4, 2, 16, 24, 16, 1, 1, false, true, false, -0.9},
+      {"w/o short memory (w 0, shift 0), M 16, T 150", 2, 150, 2, 1, 16, 16, 16, 0, 0, true, false, true, -0.9},
+      {"w/o short memory with a shift (w 0, shift 40), M 32", 2, 150, 2, 2, 16, 16, 32, 0, 40, false, false, true, -0.9},
+      {"w = shift = 100, M 32, T 201, bias", 2, 201, 2, 2, 16, 16, 32, 100, 100, true, true, true, -0.9},
+      {"w = shift = 64, M 16, T 130", 2, 130, 2, 1, 16, 16, 16, 64, 64, true, false, false, -0.9},
+      {"w/o token shift, w 32, M 32", 2, 150, 2, 2, 16, 16, 32, 32, 0, true, false, false, -0.9},
+      {"w/o token shift, w 100, M 16, GQA", 2, 170, 4, 2, 16, 16, 16, 100, 0, false, true, true, -0.9},
+      {"w >= T (200 > 150), M 16: slots never written", 2, 150, 2, 1, 16, 16, 16, 200, 200, true, true, true, -0.9},
+      {"unlimited window and shift, M 32", 2, 190, 2, 2, 16, 16, 32, -1, -1, true, false, true, -0.9},
+      {"w/o long memory (M 0), w 32", 2, 150, 4, 2, 16, 16, 0, 32, 0, false, true, false, -0.9},
+      {"w/o long memory (M 0), w 100", 2, 201, 2, 1, 16, 16, 0, 100, 0, false, false, false, -0.9},
+      {"w/o long memory (M 0), w >= T", 2, 100, 2, 2, 16, 16, 0, -1, 0, false, true, false, -0.9},
+      {"w = shift = 32, strong gates (decay ranges past the mid-reference guard)", 2, 150, 2, 2, 16, 16, 16, 32, 32,
+       true, false, false, -4.0},
+      {"w = shift = 32, D = Dv = 64, M 32 (the benchmark head)", 2, 140, 2, 2, 64, 64, 32, 32, 32, false, false, true,
+       -0.9},
+      {"w 70, shift 3: a short first tile of the initial memory", 1, 200, 2, 2, 16, 16, 16, 70, 3, true, false, true,
+       -0.9},
+      {"T 37 < w = shift = 50, M 16", 2, 37, 2, 2, 16, 16, 16, 50, 50, true, true, true, -0.9},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name << ": B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D
+                           << " Dv " << c.Dv << " M " << c.M << " w " << c.window << " shift " << c.shift) {
+      const int64_t W = c.window < 0 ? c.T : std::min(c.window, c.T);
+      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.D}, 11, DType::f64, 0.5),
+                             random_tensor({c.B, c.T, c.Hkv, c.D}, 12, DType::f64, 0.5),
+                             random_tensor({c.B, c.T, c.Hkv, c.Dv}, 13)};
+      if (c.M > 0) {
+        in.push_back(uniform({c.B, c.T, c.Hkv, c.M}, 14, 0.0, 1.0));
+        in.push_back(uniform({c.B, c.T, c.Hkv, c.M}, 15, c.glo, -0.01));
+      }
+      if (c.states) {
+        in.push_back(random_tensor({c.B, c.Hkv, c.D, c.M}, 16, DType::f64, 0.5));
+        in.push_back(random_tensor({c.B, c.Hkv, c.M, c.Dv}, 17, DType::f64, 0.5));
+      }
+      if (c.bias) in.push_back(random_tensor({c.Hq, W + 3}, 18, DType::f64, 0.5));
+      ParityOptions opt;
+      opt.tol_f32 = 5e-5;  // chunked fp32 against the f64 recurrence; dg sums differences
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            size_t i = 3;
+            Var s, g, HK0, HV0, bias;
+            if (c.M > 0) {
+              s = state_dtype(x[i++], x[0]);
+              g = state_dtype(x[i++], x[0]);
+            }
+            if (c.states) {
+              HK0 = state_dtype(x[i++], x[0]);
+              HV0 = state_dtype(x[i++], x[0]);
+            }
+            if (c.bias) bias = x[i++];
+            NhaParams p;
+            p.window = c.window;
+            p.shift = c.shift;
             p.long_ratio = c.ratio;
             NhaVars y = nha(x[0], x[1], x[2], s, g, HK0, HV0, bias, p);
             std::vector<Var> out{y.o};
