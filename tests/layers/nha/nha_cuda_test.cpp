@@ -2,8 +2,9 @@
 // final memories, omega_L and every gradient (q, k, v, s, g, the initial memories and the window
 // bias) under random final-memory gradients; windows 0, small, over one 128-key tile of the online
 // softmax, >= T and unlimited; token shift equal to the window, 0, other values and "never"; M = 0;
-// T off the 64-token chunk, GQA. The NHA mixer decoding on CUDA (ring of w tokens plus slots) equals
-// its parallel forward in every ablation that changes the op calls.
+// T off the 64-token chunk, GQA. The NHA mixer decoding on CUDA (the decode kernel on the slots and a
+// ring of w tokens, after a parallel prefill or from the first token) equals its parallel forward in
+// every ablation that changes the op calls.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -121,9 +122,13 @@ TEST_CASE("NHA on cuda: decoding token by token and from prefills equals the par
       {"w/o short memory (window 0)", {{"window", 0}}},
       {"w/o token shift", {{"token_shift", false}}},
       {"full window", {{"window", -1}}},
+      {"full window without token shift", {{"window", -1}, {"token_shift", false}}},
+      {"window excludes current", {{"window_includes_current", false}}},
+      {"weighted_fixed", {{"fusion", "weighted_fixed"}, {"fusion_weight", 0.3}}},
       {"weighted_learned", {{"fusion", "weighted_learned"}}},
       {"rope_short_long", {{"pos_enc", "rope_short_long"}}},
       {"learned_short", {{"pos_enc", "learned_short"}}},
+      {"short convs, GQA 4:1", {{"use_short_conv", true}, {"num_kv_heads", 1}}},
   };
   for (const auto& [name, variant] : variants) {
     json m = {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 8}, {"value_head_dim", 4}, {"slots", 3}, {"window", 5}};

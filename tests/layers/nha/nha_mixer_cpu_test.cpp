@@ -61,6 +61,7 @@ const std::vector<std::pair<std::string, json>> kVariants = {
     {"w/o short memory (window 0)", {{"window", 0}}},
     {"w/o token shift", {{"token_shift", false}}},
     {"full window", {{"window", -1}}},
+    {"full window without token shift", {{"window", -1}, {"token_shift", false}}},
     {"window excludes current", {{"window_includes_current", false}}},
     {"weighted_fixed", {{"fusion", "weighted_fixed"}, {"fusion_weight", 0.3}}},
     {"weighted_learned", {{"fusion", "weighted_learned"}}},
@@ -162,14 +163,14 @@ TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
     auto sa = p.a.start_decode(2, Device::cpu(), DType::f64), sb = p.b.start_decode(2, Device::cpu(), DType::f64);
     p.a.decode(Var(x), *sa);
     p.b.decode(Var(x), *sb);
-    auto& na = dynamic_cast<NhaState&>(*sa);
-    auto& nb = dynamic_cast<NhaState&>(*sb);
+    auto& na = dynamic_cast<NhaState&>(*sa).op;
+    auto& nb = dynamic_cast<NhaState&>(*sb).op;
     REQUIRE(rel_error(na.HK, nb.HK) < 1e-14);
     REQUIRE(rel_error(na.HV, nb.HV) < 1e-14);
     Pair shifted(small(json::object()), small({{"window", 0}}));
     auto sc = shifted.a.start_decode(2, Device::cpu(), DType::f64);
     shifted.a.decode(Var(x), *sc);
-    REQUIRE(rel_error(dynamic_cast<NhaState&>(*sc).HK, nb.HK) > 1e-3);
+    REQUIRE(rel_error(dynamic_cast<NhaState&>(*sc).op.HK, nb.HK) > 1e-3);
   }
   SECTION("weighted_fixed with weight 0 is the window branch alone: the layer without slots") {
     Pair p(small({{"fusion", "weighted_fixed"}, {"fusion_weight", 0.0}}), small({{"slots", 0}}));
