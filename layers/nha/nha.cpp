@@ -41,6 +41,7 @@ NhaConfig nha_config_from_json(const json& m) {
   c.use_short_conv = m.at("use_short_conv").get<bool>();
   c.conv_size = m.at("conv_size").get<int64_t>();
   c.emit_long_ratio = m.at("emit_long_ratio").get<bool>();
+  c.slot_swish = m.at("slot_feature_map").get<std::string>() == "swish";
   return c;
 }
 
@@ -117,6 +118,10 @@ NhaMixer::OpInputs NhaMixer::project(const Var& x, NhaState* st) {
     in.q = rope(in.q, tab, pos);
     in.k = rope(in.k, tab, pos);
   }
+  if (cfg_.slot_swish) {
+    in.q_slot = silu(in.q);
+    in.k_slot = silu(in.k);
+  }
   if (fusion_proj_) in.lambda = unsqueeze(sigmoid(fusion_proj_->forward(x)), 3);
   return in;
 }
@@ -157,11 +162,14 @@ Var NhaMixer::attend(const OpInputs& in, NhaState* st) {
   p.rope_theta = cfg_.rope_theta;
   p.long_ratio = cfg_.emit_long_ratio && cfg_.fusion == "softmax";
   const Var bias = pos_bias_.defined() ? compute_view(pos_bias_, dt) : Var();
+  // The slots read q_slot, k_slot when the feature map sets them; the window always reads q, k.
+  const bool apart = in.q_slot.defined();
+  const Var &qs = apart ? in.q_slot : in.q, &ks = apart ? in.k_slot : in.k;
   Var o, HK, HV;
   if (cfg_.fusion == "softmax") {
     p.window = Wk;
     p.shift = shift;
-    NhaVars y = nha(in.q, in.k, in.v, in.s, in.g, Var(), Var(), bias, p);
+    NhaVars y = nha(qs, ks, in.v, in.s, in.g, Var(), Var(), bias, p, apart ? in.q : Var(), apart ? in.k : Var());
     o = y.o;
     HK = y.HK;
     HV = y.HV;
@@ -176,7 +184,7 @@ Var NhaMixer::attend(const OpInputs& in, NhaState* st) {
     if (M > 0) {
       p.window = 0;
       p.shift = shift;
-      NhaVars y = nha(in.q, in.k, in.v, in.s, in.g, Var(), Var(), Var(), p);
+      NhaVars y = nha(qs, ks, in.v, in.s, in.g, Var(), Var(), Var(), p);
       o = weigh(y.o, true);
       HK = y.HK;
       HV = y.HV;
@@ -229,6 +237,7 @@ Var NhaMixer::step(const OpInputs& in, NhaState& st) {
   p.pos = st.n_seen;
   p.split = cfg_.fusion != "softmax";
   p.long_ratio = cfg_.emit_long_ratio && !p.split;
+  p.slot_silu = cfg_.slot_swish;
   if (p.window < 0) {  // a KV cache: nothing waits in it to enter the slots (shift is -1 or 0)
     ring_reserve(st.op.ring_k, p.pos + T);
     ring_reserve(st.op.ring_v, p.pos + T);

@@ -2,7 +2,8 @@
 // (RoPE inside the op, window only), v = SiLU(v_proj x), slot gates g = logsigmoid(f_proj x) / 8 and
 // write weights s = 1 - exp(g), the nha op, then SiLU, an RMSNorm over all Hq Dv channels and o_proj.
 // The ablations of nha.md 8.2-8.3 are config keys: slots 0, window 0, token_shift false, weighted-sum
-// fusion (two separate softmaxes, fixed or learned lambda), and the position encodings. Parameter
+// fusion (two separate softmaxes, fixed or learned lambda), and the position encodings; the 2026
+// layer's swish on the slots' q and k (8.5) is slot_feature_map. Parameter
 // names are the official code's: q_proj, k_proj, v_proj, f_proj, g_norm.weight, o_proj, the convs
 // q_conv1d/k_conv1d/v_conv1d; hybrid's own: fusion_proj (weighted_learned) and pos_bias
 // (learned_short, (Hq, window)). Decoding (nha.md 9): a prompt on an empty state runs the parallel
@@ -25,6 +26,7 @@ struct NhaConfig {
   std::string pos_enc = "rope_short";  // rope_short | rope_short_long | none | learned_short
   double rope_theta = 10000.0, scale = 0.125, gate_logit_normalizer = 8.0, output_norm_eps = 1e-5;
   bool value_silu = true, use_short_conv = false, emit_long_ratio = false;
+  bool slot_swish = false;  // slot_feature_map "swish": silu on the slots' q and k, the window's raw (nha.md 8.5)
   int64_t conv_size = 4;
 
   // Keys in the op's window (the current one included); -1: unlimited.
@@ -67,9 +69,10 @@ class NhaMixer : public Mixer {
 
  private:
   struct OpInputs {
-    Var q, k, v;  // (B, T, Hq, D), (B, T, Hkv, D), (B, T, Hkv, Dv)
-    Var s, g;     // (B, T, Hkv, M) in the state dtype; undefined when M = 0
-    Var lambda;   // (B, T, Hq, 1) weighted_learned only
+    Var q, k, v;         // (B, T, Hq, D), (B, T, Hkv, D), (B, T, Hkv, Dv): what the window reads
+    Var q_slot, k_slot;  // silu(q), silu(k) for the slots under slot_swish; undefined: q, k
+    Var s, g;            // (B, T, Hkv, M) in the state dtype; undefined when M = 0
+    Var lambda;          // (B, T, Hq, 1) weighted_learned only
   };
   OpInputs project(const Var& x, NhaState* state);
   Var attend(const OpInputs& in, NhaState* state);

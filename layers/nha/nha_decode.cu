@@ -2,10 +2,11 @@
 // tokens, taken in order inside the kernel. One block per (batch, kv head) owns that head's slot
 // memories and ring for the whole call, so the in-place updates need no atomics; its G = Hq / Hkv
 // query heads share the absorbed token and the window keys.
-// Per token: stage q (raw and rotated at P) and the absorbed token; push the new token into the ring
-// while updating HK and HV and summing the slot logits; then an online softmax (running max and sum
-// per head) over the M slots and the window keys in tiles of kKeyTile, so an unlimited window (a KV
-// cache) needs no logit buffer of its length. Keys are rotated in registers from the cos/sin table at
+// Per token: stage q (for the slots and rotated at P for the window) and the absorbed token (its k
+// through the slot feature map); push the new token into the ring while updating HK and HV and
+// summing the slot logits; then an online softmax (running max and sum per head) over the M slots
+// and the window keys in tiles of kKeyTile, so an unlimited window (a KV cache) needs no logit buffer
+// of its length. Keys are rotated in registers from the cos/sin table at
 // their stored positions. State, logits and sums in fp32; q, k, v, the ring and o in E (f32 or bf16).
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
@@ -39,6 +40,7 @@ struct NhaDecodeArgs {
   int64_t window, shift, pos;  // window -1: every past key; shift -1: nothing is absorbed
   float scale;
   bool split;
+  bool slot_silu;              // silu on the slots' q and on the absorbed k (slot_feature_map swish)
 };
 
 // Shared-memory layout in floats, for G heads: q raw and rotated, the absorbed token (k, v, s, e^g),
@@ -56,6 +58,8 @@ struct SmemLayout {
     total = at;
   }
 };
+
+__device__ __forceinline__ float slot_feature(float x, bool silu) { return silu ? x / (1.f + expf(-x)) : x; }
 
 // Rotated pair (x1, x2) at dims (i, i + D/2) of a vector at position P; unchanged without a table.
 __device__ __forceinline__ void turn(const float* cos_t, const float* sin_t, int64_t P, int half, int i, float& x1,
@@ -89,21 +93,21 @@ __global__ void __launch_bounds__(kThreads) nha_decode_kernel(NhaDecodeArgs<E> a
       const int h = e / half, i = e % half;
       const E* qt = a.q + ((int64_t(b) * a.T + t) * a.Hq + int64_t(j) * G + h) * D;
       float x1 = to_f32(qt[i]), x2 = to_f32(qt[i + half]);
-      s_q[h * D + i] = x1, s_q[h * D + i + half] = x2;
+      s_q[h * D + i] = slot_feature(x1, a.slot_silu), s_q[h * D + i + half] = slot_feature(x2, a.slot_silu);
       turn(a.cos, a.sin, P, half, i, x1, x2);
       s_qr[h * D + i] = x1, s_qr[h * D + i + half] = x2;
     }
     if (D % 2 != 0)  // odd D only without RoPE: the last dim has no pair
       for (int h = tid; h < G; h += kThreads) {
         const float x = to_f32(a.q[((int64_t(b) * a.T + t) * a.Hq + int64_t(j) * G + h) * D + D - 1]);
-        s_q[h * D + D - 1] = x, s_qr[h * D + D - 1] = x;
+        s_q[h * D + D - 1] = slot_feature(x, a.slot_silu), s_qr[h * D + D - 1] = x;
       }
     if (absorb) {
       const bool own = a.shift == 0;
       const int64_t slot = own ? t : (P - a.shift) % R, rows = own ? a.T : R;
       const E *ka = row(own ? a.k : a.ring_k, rows, slot, D), *va = row(own ? a.v : a.ring_v, rows, slot, Dv);
       const float *sa = row(own ? a.s : a.ring_s, rows, slot, M), *ga = row(own ? a.g : a.ring_g, rows, slot, M);
-      for (int i = tid; i < D; i += kThreads) s_tk[i] = to_f32(ka[i]);
+      for (int i = tid; i < D; i += kThreads) s_tk[i] = slot_feature(to_f32(ka[i]), a.slot_silu);
       for (int c = tid; c < Dv; c += kThreads) s_tv[c] = to_f32(va[c]);
       for (int m = tid; m < M; m += kThreads) s_ts[m] = sa[m], s_tg[m] = expf(ga[m]);
     }
@@ -278,6 +282,7 @@ NhaDecodeOutputs nha_decode_step_cuda(const Tensor& q0, const Tensor& k0, const 
     a.window = p.window, a.shift = p.shift, a.pos = p.pos;
     a.scale = float(p.scale ? *p.scale : 1.0 / std::sqrt(double(d.D)));
     a.split = p.split;
+    a.slot_silu = p.slot_silu;
     if (smem > 48 * 1024)
       HYB_CUDA_CHECK(cudaFuncSetAttribute(nha_decode_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     nha_decode_kernel<E><<<grid, kThreads, smem, current_stream(dev.index)>>>(a);

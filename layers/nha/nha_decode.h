@@ -1,7 +1,8 @@
 // The decode step of Native Hybrid Attention (nha.md 9): T >= 1 new tokens, one after another, on a
 // carried state updated in place. For the token at position P:
 //   1. the token at P - shift enters the slot memories (HK, HV) with its gates (nha.md 2.1); it is
-//      read from the ring (shift > 0) or is the token itself (shift 0); shift -1: none ever does
+//      read from the ring (shift > 0) or is the token itself (shift 0); shift -1: none ever does.
+//      With slot_silu the slots see silu(k) and silu(q) (nha.md 8.5); the ring keeps k raw
 //   2. the token goes to ring slot P % R (k raw, v, and s, g while a later step still absorbs them)
 //   3. a = scale q^T HK;  b_j = scale <RoPE(q, P), RoPE(k_j, j)> + bias[h, P - j] for the window keys
 //      max(0, P - window + 1) <= j <= P, read from the ring and rotated at their stored positions
@@ -33,6 +34,7 @@ struct NhaDecodeParams {
   int64_t shift = 32;           // the memory read at P holds tokens <= P - shift; -1: no token ever
   int64_t pos = 0;              // absolute position of the first new token (tokens already seen)
   bool split = false;           // weighted fusion (nha.md 8.2): slot and window branches softmaxed apart
+  bool slot_silu = false;       // slot_feature_map swish (nha.md 8.5): silu on the slots' q and written k
   bool long_ratio = false;      // also return omega_L = sum_i p_i (joint softmax only)
 };
 

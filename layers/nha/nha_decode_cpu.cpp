@@ -41,6 +41,9 @@ double max_of(const std::vector<double>& x, double init) {
   return init;
 }
 
+// The slots' feature map: silu under slot_silu, else the identity.
+double slot_feature(double x, bool silu) { return silu ? x / (1.0 + std::exp(-x)) : x; }
+
 }  // namespace
 
 NhaDecodeOutputs nha_decode_step_cpu(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& s0,
@@ -81,7 +84,8 @@ NhaDecodeOutputs nha_decode_step_cpu(const Tensor& q0, const Tensor& k0, const T
             const E *sa = at(own ? s : st.ring_s, rows, slot, M), *ga = at(own ? g : st.ring_g, rows, slot, M);
             for (int64_t m = 0; m < M; ++m) {
               const double gam = std::exp(double(ga[m])), sm = double(sa[m]);
-              for (int64_t i = 0; i < D; ++i) HK[i * M + m] = E(double(HK[i * M + m]) * gam + double(ka[i]) * sm);
+              for (int64_t i = 0; i < D; ++i)
+                HK[i * M + m] = E(double(HK[i * M + m]) * gam + slot_feature(double(ka[i]), p.slot_silu) * sm);
               for (int64_t c = 0; c < Dv; ++c) HV[m * Dv + c] = E(gam * double(HV[m * Dv + c]) + sm * double(va[c]));
             }
           }
@@ -101,7 +105,8 @@ NhaDecodeOutputs nha_decode_step_cpu(const Tensor& q0, const Tensor& k0, const T
             const E* qt = ptr(q) + ((bi * d.T + t) * d.Hq + h) * D;
             a.assign(size_t(M), 0.0);
             for (int64_t m = 0; m < M; ++m) {
-              for (int64_t i = 0; i < D; ++i) a[size_t(m)] += double(qt[i]) * double(HK[i * M + m]);
+              for (int64_t i = 0; i < D; ++i)
+                a[size_t(m)] += slot_feature(double(qt[i]), p.slot_silu) * double(HK[i * M + m]);
               a[size_t(m)] *= scale;
             }
             rotate(qt, D, P, rope, qr.data());

@@ -129,6 +129,7 @@ TEST_CASE("NHA on cuda: decoding token by token and from prefills equals the par
       {"rope_short_long", {{"pos_enc", "rope_short_long"}}},
       {"learned_short", {{"pos_enc", "learned_short"}}},
       {"short convs, GQA 4:1", {{"use_short_conv", true}, {"num_kv_heads", 1}}},
+      {"slot_feature_map swish", {{"slot_feature_map", "swish"}}},
   };
   for (const auto& [name, variant] : variants) {
     json m = {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 8}, {"value_head_dim", 4}, {"slots", 3}, {"window", 5}};

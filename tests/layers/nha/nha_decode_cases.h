@@ -15,6 +15,7 @@ struct DecodeShape {
   int64_t B = 2, T = 13, Hq = 4, Hkv = 2, D = 8, Dv = 6, M = 5;
   int64_t window = 4, shift = 4;  // nha_decode.h: -1 unlimited / never
   bool rope = true, bias = false, states = true;
+  bool slot_silu = false;  // slot_feature_map swish: the slots read silu(q), silu(k)
 };
 
 struct DecodeCase {
@@ -52,6 +53,7 @@ struct DecodeCase {
     p.window = shape.window;
     p.shift = shape.shift;
     p.pos = pos;
+    p.slot_silu = shape.slot_silu;
     return p;
   }
 };

@@ -1,10 +1,11 @@
 // The nha decode step on the CPU (nha_decode.h, nha.md 9) against the parallel op: token by token and
 // several tokens per call, from random initial memories, in every window regime the mixer uses
 // (token shift, none, slots only, unlimited window with and without shift, no slots), with GQA, the
-// window bias, RoPE off with an odd head dim; the split softmaxes of the weighted fusion; and the
-// checks on the state.
+// window bias, RoPE off with an odd head dim, the swish slot feature map; the split softmaxes of the
+// weighted fusion; and the checks on the state.
 #include <catch2/catch.hpp>
 
+#include "autograd/ops/unary.h"
 #include "compare.h"
 #include "layers/nha/nha_decode.h"
 #include "layers/nha/nha_op.h"
@@ -14,6 +15,7 @@ using namespace hyb;
 
 namespace {
 
+// The parallel op on the case's inputs; under slot_silu the slots read silu(q), silu(k), the window q, k.
 NhaOutputs parallel(const DecodeCase& c, int64_t window, int64_t shift, bool with_slots, bool with_bias,
                     bool long_ratio) {
   NhaParams p;
@@ -22,8 +24,11 @@ NhaOutputs parallel(const DecodeCase& c, int64_t window, int64_t shift, bool wit
   p.shift = shift;
   p.rope = c.shape.rope;
   p.long_ratio = long_ratio;
-  return nha_forward_cpu(c.q, c.k, c.v, with_slots ? c.s : Tensor(), with_slots ? c.g : Tensor(),
-                         with_slots ? c.HK0 : Tensor(), with_slots ? c.HV0 : Tensor(), with_bias ? c.bias : Tensor(), p);
+  const bool apart = c.shape.slot_silu;
+  const Tensor qs = apart ? silu(Var(c.q)).data() : c.q, ks = apart ? silu(Var(c.k)).data() : c.k;
+  return nha_forward_cpu(qs, ks, c.v, with_slots ? c.s : Tensor(), with_slots ? c.g : Tensor(),
+                         with_slots ? c.HK0 : Tensor(), with_slots ? c.HV0 : Tensor(), with_bias ? c.bias : Tensor(), p,
+                         apart ? c.q : Tensor(), apart ? c.k : Tensor());
 }
 
 Tensor rows(const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n).contiguous(); }
@@ -47,6 +52,8 @@ TEST_CASE("the nha decode step reproduces the parallel op token by token and sev
       {"no slots, window 4", {.M = 0, .window = 4, .shift = 0, .bias = true}},
       {"no RoPE, odd head dim, G = 4", {.Hq = 4, .Hkv = 1, .D = 5, .window = 6, .shift = 6, .rope = false}},
       {"zero initial memories, window 1", {.window = 1, .shift = 1, .states = false}},
+      {"slot feature map swish, w = shift = 3", {.window = 3, .shift = 3, .slot_silu = true}},
+      {"slot feature map swish, no token shift", {.window = 4, .shift = 0, .slot_silu = true}},
   };
   for (const Regime& r : regimes) {
     DYNAMIC_SECTION(r.name) {

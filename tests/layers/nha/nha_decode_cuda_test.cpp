@@ -3,7 +3,7 @@
 // split branches, and the state after the call (HK, HV and every ring slot). Regimes: the benchmark
 // shape, GQA with M not dividing the block, several tokens per call, no token shift, slots only,
 // unlimited windows over several key tiles (a KV cache), a window over two tiles with D = 128 and
-// M = 128, no slots, split softmaxes, no RoPE, and the window bias.
+// M = 128, no slots, split softmaxes, no RoPE, the window bias and the swish slot feature map.
 #include <catch2/catch.hpp>
 
 #include "compare.h"
@@ -68,6 +68,8 @@ TEST_CASE("the nha decode kernel matches the cpu decode step on a random long-de
       {"split softmaxes (weighted fusion), w = shift = 6, G = 2",
        {.T = 2, .Hq = 4, .Hkv = 2, .D = 16, .Dv = 16, .M = 8, .window = 6, .shift = 6}, 17, true},
       {"no RoPE, D 40, Dv 24, M 12", {.T = 1, .D = 40, .Dv = 24, .M = 12, .window = 8, .shift = 8, .rope = false}, 12},
+      {"slot feature map swish, G = 2, two tokens",
+       {.T = 2, .Hq = 4, .Hkv = 2, .D = 32, .Dv = 32, .M = 16, .window = 8, .shift = 8, .slot_silu = true}, 50},
   };
   for (const Regime& r : regimes) {
     for (DType dt : {DType::f32, DType::bf16}) {

@@ -1,15 +1,23 @@
 // The NHA mixer on the CPU: gradients of every parameter and the input under every ablation of
 // nha.md 8.2-8.3, a behaviour test per ablation, omega_L, parameter names and count (7.1), decoding
-// token by token == the parallel forward (9) at the mixer and the model level, and the config rules (10).
+// token by token == the parallel forward (9) at the mixer and the model level, the config rules (10),
+// and slot_feature_map swish (8.5) against its composition written out by hand.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/gradcheck.h"
 #include "compare.h"
 #include "core/rng.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/shape_ops.h"
+#include "autograd/ops/unary.h"
+#include "layers/linear/linear_op.h"
 #include "layers/model/causal_lm.h"
 #include "layers/nha/nha.h"
+#include "layers/nha/nha_op.h"
+#include "layers/norm/rmsnorm_op.h"
 #include "layers/nha/nha_config.h"
 #include "layers/mixer_test_util.h"
 #include "layers/registry.h"
@@ -69,6 +77,7 @@ const std::vector<std::pair<std::string, json>> kVariants = {
     {"pos_enc none", {{"pos_enc", "none"}}},
     {"learned_short", {{"pos_enc", "learned_short"}}},
     {"short convs, value_act none", {{"use_short_conv", true}, {"value_act", "none"}}},
+    {"slot_feature_map swish", {{"slot_feature_map", "swish"}}},
 };
 
 }  // namespace
@@ -208,6 +217,38 @@ TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
   }
 }
 
+TEST_CASE("slot_feature_map swish is silu on the slots' q and k, written out by hand; the window reads them raw",
+          "[nha][cpu]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  NoGradGuard no_grad;
+  NhaMixer layer(nha_config_from_json(small({{"slot_feature_map", "swish"}})), mixer_context(8));
+  layer.initialize(1);
+  randomize_parameters(layer, 2);
+  std::map<std::string, Var> w;
+  for (const auto& p : layer.named_parameters()) w[p.name] = p.var;
+  const int64_t B = 2, T = 9, Hq = 4, Hkv = 2, D = 4, Dv = 2, M = 3;
+  const Var x(random_tensor({B, T, 8}, 50));
+  // nha.md 7.2 with the 2026 feature map (8.5): the slot branch reads silu(q), silu(k).
+  const Var q = reshape(linear(x, w["q_proj.weight"]), {B, T, Hq, D});
+  const Var k = reshape(linear(x, w["k_proj.weight"]), {B, T, Hkv, D});
+  const Var v = silu(reshape(linear(x, w["v_proj.weight"]), {B, T, Hkv, Dv}));
+  const Var g = mul_scalar(logsigmoid(reshape(linear(x, w["f_proj.weight"]), {B, T, Hkv, M})), 1.0 / 8.0);
+  const Var s = add_scalar(neg(exp(g)), 1.0);
+  NhaParams p;
+  p.window = p.shift = 3;
+  p.scale = 0.5;
+  const Var o = nha(silu(q), silu(k), v, s, g, Var(), Var(), Var(), p, q, k).o;
+  const Var y = linear(rmsnorm(silu(reshape(o, {B, T, Hq * Dv})), w["g_norm.weight"], 1e-5), w["o_proj.weight"]);
+  REQUIRE(rel_error(layer.forward(x).data(), y.data()) < 1e-14);
+  // Not the identity map, and not silu on the window side as well.
+  NhaMixer identity(nha_config_from_json(small(json::object())), mixer_context(8));
+  identity.initialize(1);
+  randomize_parameters(identity, 2);
+  REQUIRE(rel_error(identity.forward(x).data(), y.data()) > 1e-3);
+  const Var both = nha(silu(q), silu(k), v, s, g, Var(), Var(), Var(), p).o;
+  REQUIRE(rel_error(both.data(), o.data()) > 1e-3);
+}
+
 TEST_CASE("NHA emits omega_L per token and head: 1 without a window, M / (M + sum e^b) with an empty memory",
           "[nha][cpu]") {
   ParameterScope f64(Device::cpu(), DType::f64);
@@ -281,6 +322,9 @@ TEST_CASE("the nha config derives heads, dims and scale and rejects what does no
   REQUIRE(error_of({{"head_dim", 7}, {"pos_enc", "none"}}, 64).empty());
   REQUIRE_THAT(error_of({{"fusion", "sum"}}, 64), Catch::Contains("fusion"));
   REQUIRE_THAT(error_of({{"fusion_weight", 1.5}}, 64), Catch::Contains("fusion_weight"));
-  REQUIRE_THAT(error_of({{"slot_feature_map", "swish"}}, 64), Catch::Contains("slot_feature_map"));
+  REQUIRE(error_of({{"slot_feature_map", "swish"}}, 64).empty());
+  REQUIRE_THAT(error_of({{"slot_feature_map", "swish"}, {"pos_enc", "rope_short_long"}}, 64),
+               Catch::Contains("slot_feature_map") && Catch::Contains("rope_short_long"));
+  REQUIRE_THAT(error_of({{"slot_feature_map", "relu"}}, 64), Catch::Contains("slot_feature_map"));
   REQUIRE_THAT(error_of({{"chunk_size", 48}}, 64), Catch::Contains("chunk_size"));
 }
