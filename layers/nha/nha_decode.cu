@@ -9,7 +9,7 @@
 // of its length. Keys are rotated in registers from the cos/sin table at their stored positions.
 // State, logits and sums in fp32; q, k, v, the ring and o in E (f32 or bf16).
 // Grid (B Hkv); 256 threads. smem (SmemLayout): G (2 D + 2 Dv + M + 64 + 256 + 6) + D + Dv + 2 M floats,
-// 3.3 KiB at the benchmark shape (G 1, D = Dv = 64, M 32); past 48 KiB the launcher raises the limit.
+// 3.2 KiB at the benchmark shape (G 1, D = Dv = 64, M 32); past 48 KiB the launcher raises the limit.
 // The slot logits are summed where HK is updated (each thread owns one slot column over a row group)
 // so the memory is read once per token; the window keys are few, or come in tiles.
 #include "core/cuda/cuda_check.h"
