@@ -132,6 +132,27 @@ TEST_CASE("NHA decoding token by token and from prefills equals the parallel for
   }
 }
 
+TEST_CASE("a full-window NHA layer decodes past max_seq_len: its KV cache doubles", "[nha][cpu][decode]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  NhaMixer layer(nha_config_from_json(small({{"window", -1}})), test_mixer_context({.d_model = 8, .max_seq_len = 4}));
+  layer.initialize(3);
+  randomize_parameters(layer, 4);
+  NoGradGuard no_grad;
+  const Tensor x = random_tensor({2, 13, 8}, 5);
+  const Tensor full = layer.forward(Var(x)).data();
+  for (int64_t prefill : {1, 6}) {
+    DYNAMIC_SECTION("prefill " << prefill) {
+      auto state = layer.start_decode(2, Device::cpu(), DType::f64);
+      const int64_t start = state->bytes();
+      std::vector<Var> outs{layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state)};
+      for (int64_t t = prefill; t < 13; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state));
+      REQUIRE(rel_error(concat(outs, 1).data(), full) < 1e-12);
+      // The cache went from 4 to 16 positions of B 2 x Hkv 2 x (D 4 + Dv 2) values.
+      REQUIRE(state->bytes() - start == 12 * 2 * 2 * (4 + 2) * int64_t(sizeof(double)));
+    }
+  }
+}
+
 TEST_CASE("NHA decode state: slots plus a ring of w tokens (nha.md 9)", "[nha][cpu][decode]") {
   ParameterScope f64(Device::cpu(), DType::f64);
   NhaMixer layer(nha_config_from_json(small(json::object())), mixer_context(8));
