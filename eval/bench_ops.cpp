@@ -3,6 +3,9 @@
 // run: a large device-to-device copy (bytes read + written per second) and a large bf16 GEMM. Every case
 // states the bytes it must move and the FLOPs it must do (METHOD.md), so the table says how far each
 // kernel is from its floor. Inputs are random, never zeros.
+// `hybrid bench decode [--context N] [--reps N] [--out FILE.jsonl]`: one decode step of the core ops
+// at a long context (nha.md 9): the NHA step on its constant state against the attention step on a
+// KV cache of N positions, microseconds per step and the bytes each must read.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -35,6 +38,7 @@
 #include "layers/ssm_decay/ssm_decay_op.h"
 #include "layers/mlp/swiglu_op.h"
 #include "layers/module.h"
+#include "layers/nha/nha_decode.h"
 #include "layers/nha/nha_op.h"
 #include "layers/norm/rmsnorm_op.h"
 #include "layers/registry.h"
@@ -80,6 +84,49 @@ double median_ms(const std::function<void()>& fn, int reps) {
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// One decode step at `context` past tokens, B = 1 and 8, H = Hkv = 16, D = Dv = 64, bf16: the nha step
+// (M = 32, w = 32, token shift, RoPE; a random state of a decode that has wrapped its ring) against
+// attention with the query at position `context` over a KV cache of context + 1 keys (the step of
+// AttentionMixer::decode). Bytes read: the state, the w ring keys and values, and the popped token's
+// gates (nha; it writes the state back as well) against the whole cache (attention).
+void decode_comparison(int64_t context, int reps, const std::string& out, const std::string& device) {
+  const DType bf = DType::bf16;
+  const int64_t H = 16, D = 64, M = 32, w = 32;
+  const RopeTable table = rope_table(10000.0, D, context + 1, std::nullopt, Device::cuda(0));
+  std::printf("decode step at context %lld: H %lld, D %lld, bf16; nha M %lld, w %lld\n\n", (long long)context,
+              (long long)H, (long long)D, (long long)M, (long long)w);
+  std::printf("%-4s %-24s %12s %14s %10s\n", "B", "step", "us/step", "bytes read", "GB/s");
+  for (int64_t B : {1, 8}) {
+    NhaDecodeState st{random_cuda({B, H, D, M}, DType::f32, 70, 0.3), random_cuda({B, H, M, D}, DType::f32, 71, 0.3),
+                      random_cuda({B, w, H, D}, bf, 72), random_cuda({B, w, H, D}, bf, 73),
+                      uniform_cuda({B, w, H, M}, 74, 0.0, 0.5), uniform_cuda({B, w, H, M}, 75, -0.5, -0.001)};
+    Tensor q = random_cuda({B, 1, H, D}, bf, 76, 0.3), k = random_cuda({B, 1, H, D}, bf, 77, 0.3);
+    Tensor v = random_cuda({B, 1, H, D}, bf, 78), s = uniform_cuda({B, 1, H, M}, 79, 0.0, 0.5);
+    Tensor g = uniform_cuda({B, 1, H, M}, 80, -0.5, -0.001);
+    NhaDecodeParams p;
+    p.window = w;
+    p.shift = w;
+    p.pos = context;
+    const double nha_bytes =
+        double(st.HK.nbytes() + st.HV.nbytes() + st.ring_k.nbytes() + st.ring_v.nbytes()) + double(B * H * M * 2 * 4);
+    const double nha_us = 1e3 * median_ms([&] { nha_decode_step(q, k, v, s, g, Tensor(), &table, st, p); }, reps);
+    Tensor kc = random_cuda({B, context + 1, H, D}, bf, 81, 0.3), vc = random_cuda({B, context + 1, H, D}, bf, 82);
+    const double att_bytes = double(kc.nbytes() + vc.nbytes());
+    const double att_us = 1e3 * median_ms([&] { attention_forward(q, kc, vc, AttentionParams{}, nullptr); }, reps);
+    auto report = [&](const char* name, double us, double bytes) {
+      std::printf("%-4lld %-24s %12.2f %14.0f %10.0f\n", (long long)B, name, us, bytes, bytes / (us * 1e-6) / 1e9);
+      if (out.empty()) return;
+      Record r("bench.decode", {"bench", "", 0, 0});
+      r.add("step", name).add("batch", B).add("context", context).add("us", us).add("bytes_read", bytes);
+      r.add("device", device);
+      append_record(out, r);
+    };
+    report("nha_decode_step", nha_us, nha_bytes);
+    report("attention_decode_step", att_us, att_bytes);
+    std::printf("     nha / attention: %.3f\n", nha_us / att_us);
+  }
 }
 
 std::vector<BenchCase> make_cases() {
@@ -359,10 +406,30 @@ std::vector<BenchCase> make_cases() {
 
 int cmd_bench_dp(Args& args);
 
+int cmd_bench_decode(Args& args) {
+  const int64_t context = args.integer("--context", 16384);
+  const int reps = int(args.integer("--reps", 50));
+  const std::string out = args.value("--out", "");
+  args.finish();
+  HYB_CHECK(context >= 32, "bench decode: --context must be >= 32 (the nha window), got ", context);
+#if !HYBRID_CUDA
+  (void)reps, (void)out;
+  throw Error("bench decode: this build has no CUDA backend (configure with -DHYBRID_CUDA=ON)");
+#else
+  HYB_CHECK(cuda_device_count() > 0, "bench decode: no CUDA device is visible");
+  const auto& props = cuda_device_props(0);
+  std::printf("device: %s, %d SMs\n", props.name.c_str(), props.sm_count);
+  decode_comparison(context, reps, out, props.name);
+  return 0;
+#endif
+}
+
 int cmd_bench(Args& args) {
   const std::optional<std::string> what = args.subcommand();
   if (what == "dp") return cmd_bench_dp(args);
-  HYB_CHECK(what == "ops", "bench: expected `hybrid bench ops` or `hybrid bench dp`, got \"", what.value_or(""), "\"");
+  if (what == "decode") return cmd_bench_decode(args);
+  HYB_CHECK(what == "ops", "bench: expected `hybrid bench ops`, `hybrid bench decode` or `hybrid bench dp`, got \"",
+            what.value_or(""), "\"");
   const std::string filter = args.value("--filter", "");
   const int reps = int(args.integer("--reps", 20));
   const std::string out = args.value("--out", "");

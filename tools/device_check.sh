@@ -93,6 +93,8 @@ fi
 if [ -x "$build/hybrid" ] && "$build/hybrid" --help 2>/dev/null | grep -qE '^  bench '; then
   timeout 300 "$build/hybrid" bench ops --out "$out/bench.jsonl" > "$out/bench.log" 2>&1
   row "hybrid bench" "$([ $? -eq 0 ] && echo ok || echo FAILED)" "see bench.log"
+  timeout 120 "$build/hybrid" bench decode --out "$out/bench.jsonl" >> "$out/bench.log" 2>&1
+  row "hybrid bench decode" "$([ $? -eq 0 ] && echo ok || echo FAILED)" "nha vs attention step at 16k, end of bench.log"
 else
   row "hybrid bench" "none" "no bench command registered yet"
 fi

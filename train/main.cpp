@@ -19,7 +19,7 @@ int cmd_train(Args& args);
 
 const CliCommand kCommands[] = {
     {"help", "list the commands", nullptr},
-    {"bench", "time the CUDA kernels against the measured copy and GEMM ceilings (hybrid bench ops)", cmd_bench},
+    {"bench", "time the CUDA kernels against the copy and GEMM ceilings (bench ops), or one decode step at a long context (bench decode)", cmd_bench},
     {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers | --params]; config keys", cmd_config},
     {"eval", "loss, perplexity and bits per byte of a checkpoint: eval --checkpoint DIR [--data SHARD...] [--set ...]", cmd_eval},
     {"generate", "sample text from a checkpoint with its decode caches: generate --checkpoint DIR --prompt TEXT", cmd_generate},

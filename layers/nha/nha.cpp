@@ -41,6 +41,7 @@ NhaConfig nha_config_from_json(const json& m) {
   c.use_short_conv = m.at("use_short_conv").get<bool>();
   c.conv_size = m.at("conv_size").get<int64_t>();
   c.emit_long_ratio = m.at("emit_long_ratio").get<bool>();
+  c.slot_swish = m.at("slot_feature_map").get<std::string>() == "swish";
   return c;
 }
 
@@ -84,78 +85,106 @@ Var NhaMixer::short_conv(const Var& lin, const Var& weight, Tensor* cache) {
   return out;
 }
 
-// nha.md 7.2 with the variants of 8.2-8.3. With a state, the op runs on [ring ; x's tokens] from the
-// carried memories and only the new rows are kept (nha.md 9).
-Var NhaMixer::run(const Var& x, NhaState* st) {
+const RopeTable& NhaMixer::rope_table_to(int64_t positions, Device device) {
+  if (!rope_.cos.defined() || rope_.cos.device() != device || rope_.cos.size(0) < positions) {
+    int64_t len = std::max<int64_t>(max_seq_len_, 1);
+    while (len < positions) len *= 2;
+    rope_ = rope_table(cfg_.rope_theta, cfg_.head_dim, len, std::nullopt, device);
+  }
+  return rope_;
+}
+
+// nha.md 7.2: the op inputs of x's tokens, at positions n_seen.. when decoding (convs and RoPE).
+NhaMixer::OpInputs NhaMixer::project(const Var& x, NhaState* st) {
   HYB_CHECK(x.dim() == 3 && x.size(2) == cfg_.d_model, "nha: x must be (B, T, d_model = ", cfg_.d_model, "), got ",
             shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads, D = cfg_.head_dim,
-                Dv = cfg_.value_head_dim, M = cfg_.slots, Wk = cfg_.window_keys(), shift = cfg_.shift();
-  const DType dt = x.dtype(), sdt = dt == DType::bf16 ? DType::f32 : dt;
+                Dv = cfg_.value_head_dim, M = cfg_.slots;
+  const DType sdt = x.dtype() == DType::bf16 ? DType::f32 : x.dtype();
   const int64_t pos = st ? st->n_seen : 0;
   const bool convs = st && cfg_.use_short_conv;
-  Var q = reshape(short_conv(q_proj_->forward(x), q_conv_w_, convs ? &st->q_conv : nullptr), {B, T, Hq, D});
-  Var k = reshape(short_conv(k_proj_->forward(x), k_conv_w_, convs ? &st->k_conv : nullptr), {B, T, Hkv, D});
-  Var v = reshape(short_conv(v_proj_->forward(x), v_conv_w_, convs ? &st->v_conv : nullptr), {B, T, Hkv, Dv});
-  if (cfg_.value_silu) v = silu(v);
-  Var s, g;
+  OpInputs in;
+  in.q = reshape(short_conv(q_proj_->forward(x), q_conv_w_, convs ? &st->q_conv : nullptr), {B, T, Hq, D});
+  in.k = reshape(short_conv(k_proj_->forward(x), k_conv_w_, convs ? &st->k_conv : nullptr), {B, T, Hkv, D});
+  in.v = reshape(short_conv(v_proj_->forward(x), v_conv_w_, convs ? &st->v_conv : nullptr), {B, T, Hkv, Dv});
+  if (cfg_.value_silu) in.v = silu(in.v);
   if (M > 0) {
-    g = mul_scalar(logsigmoid(reshape(cast(f_proj_->forward(x), sdt), {B, T, Hkv, M})), 1.0 / cfg_.gate_logit_normalizer);
-    s = add_scalar(neg(exp(g)), 1.0);
+    in.g = mul_scalar(logsigmoid(reshape(cast(f_proj_->forward(x), sdt), {B, T, Hkv, M})), 1.0 / cfg_.gate_logit_normalizer);
+    in.s = add_scalar(neg(exp(in.g)), 1.0);
   }
   if (cfg_.pos_enc == "rope_short_long") {
     // Both branches see rotated q, k: rotate before the op, which then applies no RoPE of its own.
-    const int64_t need = pos + T;
-    if (!rope_.cos.defined() || rope_.cos.device() != x.device() || rope_.cos.size(0) < need) {
-      int64_t len = std::max<int64_t>(max_seq_len_, 1);
-      while (len < need) len *= 2;
-      rope_ = rope_table(cfg_.rope_theta, D, len, std::nullopt, x.device());
-    }
-    q = rope(q, rope_, pos);
-    k = rope(k, rope_, pos);
+    const RopeTable& tab = rope_table_to(pos + T, x.device());
+    in.q = rope(in.q, tab, pos);
+    in.k = rope(in.k, tab, pos);
   }
-  // Decoding: prepend the ring of the last r tokens' op inputs; their rows are recomputed and dropped.
-  const int64_t r = st && st->ring_k.defined() ? st->ring_k.size(1) : 0;
-  Var kx = k, vx = v, sx = s, gx = g, qx = q;
-  if (r > 0) {
-    qx = concat({Var(Tensor::zeros({B, r, Hq, D}, dt, x.device())), q}, 1);
-    kx = concat({Var(st->ring_k), k}, 1);
-    vx = concat({Var(st->ring_v), v}, 1);
-    if (M > 0) {
-      sx = concat({Var(st->ring_s), s}, 1);
-      gx = concat({Var(st->ring_g), g}, 1);
-    }
+  if (cfg_.slot_swish) {
+    in.q_slot = silu(in.q);
+    in.k_slot = silu(in.k);
   }
+  if (fusion_proj_) in.lambda = unsqueeze(sigmoid(fusion_proj_->forward(x)), 3);
+  return in;
+}
+
+namespace {
+
+// Writes rows (B, n, ...) of positions 0..n-1 into ring slots p % R; only the last R rows stay.
+void ring_write(const Tensor& ring, const Tensor& rows) {
+  const int64_t R = ring.size(1), n = rows.size(1), keep = std::min(n, R), start = n - keep;
+  const int64_t slot = start % R, head = std::min(keep, R - slot);
+  ring.narrow(1, slot, head).copy_(rows.narrow(1, start, head));
+  if (keep > head) ring.narrow(1, 0, keep - head).copy_(rows.narrow(1, start + head, keep - head));
+}
+
+// A KV-cache ring (unlimited window) grown to hold `positions`: position p keeps slot p.
+void ring_reserve(Tensor& ring, int64_t positions) {
+  if (!ring.defined() || ring.size(1) >= positions) return;
+  int64_t n = ring.size(1);
+  while (n < positions) n *= 2;
+  Shape s = ring.shape();
+  s[1] = n;
+  Tensor grown = Tensor::zeros(s, ring.dtype(), ring.device());
+  grown.narrow(1, 0, ring.size(1)).copy_(ring);
+  ring = grown;
+}
+
+}  // namespace
+
+// The parallel op(s) of nha.md 7.2 with the variants of 8.2-8.3. With a state (a prompt on an empty
+// one) the final memories and the last tokens' op inputs stay in it for the decode steps (nha.md 9).
+Var NhaMixer::attend(const OpInputs& in, NhaState* st) {
+  const int64_t B = in.q.size(0), T = in.q.size(1), Hq = cfg_.num_heads, M = cfg_.slots, Wk = cfg_.window_keys(),
+                shift = cfg_.shift();
+  const DType dt = in.q.dtype();
   NhaParams p;
   p.scale = cfg_.scale;
   p.rope = cfg_.pos_enc == "rope_short";
   p.rope_theta = cfg_.rope_theta;
-  p.rope_offset = pos - r;
   p.long_ratio = cfg_.emit_long_ratio && cfg_.fusion == "softmax";
-  const Var HK0 = st && M > 0 ? Var(st->HK) : Var(), HV0 = st && M > 0 ? Var(st->HV) : Var();
   const Var bias = pos_bias_.defined() ? compute_view(pos_bias_, dt) : Var();
+  // The slots read q_slot, k_slot when the feature map sets them; the window always reads q, k.
+  const bool apart = in.q_slot.defined();
+  const Var &qs = apart ? in.q_slot : in.q, &ks = apart ? in.k_slot : in.k;
   Var o, HK, HV;
   if (cfg_.fusion == "softmax") {
     p.window = Wk;
     p.shift = shift;
-    NhaVars y = nha(qx, kx, vx, sx, gx, HK0, HV0, bias, p);
+    NhaVars y = nha(qs, ks, in.v, in.s, in.g, Var(), Var(), bias, p, apart ? in.q : Var(), apart ? in.k : Var());
     o = y.o;
     HK = y.HK;
     HV = y.HV;
-    if (p.long_ratio) long_ratio_ = y.long_ratio.narrow(1, r, T).contiguous();
+    if (p.long_ratio) long_ratio_ = y.long_ratio;
   } else {
     // nha.md 8.2: o = lambda oL + (1 - lambda) oS with two separate softmaxes.
-    Var lambda = fusion_proj_ ? unsqueeze(sigmoid(fusion_proj_->forward(x)), 3) : Var();
-    if (lambda.defined() && r > 0) lambda = concat({Var(Tensor::zeros({B, r, Hq, 1}, dt, x.device())), lambda}, 1);
     auto weigh = [&](const Var& branch, bool long_branch) {
       const double c = cfg_.fusion_weight;
-      if (!lambda.defined()) return mul_scalar(branch, long_branch ? c : 1.0 - c);
-      return mul(long_branch ? lambda : add_scalar(neg(lambda), 1.0), branch);
+      if (!in.lambda.defined()) return mul_scalar(branch, long_branch ? c : 1.0 - c);
+      return mul(long_branch ? in.lambda : add_scalar(neg(in.lambda), 1.0), branch);
     };
     if (M > 0) {
       p.window = 0;
       p.shift = shift;
-      NhaVars y = nha(qx, kx, vx, sx, gx, HK0, HV0, Var(), p);
+      NhaVars y = nha(qs, ks, in.v, in.s, in.g, Var(), Var(), Var(), p);
       o = weigh(y.o, true);
       HK = y.HK;
       HV = y.HV;
@@ -163,36 +192,85 @@ Var NhaMixer::run(const Var& x, NhaState* st) {
     if (Wk != 0) {
       p.window = Wk;
       p.shift = 0;
-      Var oS = weigh(nha(qx, kx, vx, Var(), Var(), Var(), Var(), bias, p).o, false);
+      Var oS = weigh(nha(in.q, in.k, in.v, Var(), Var(), Var(), Var(), bias, p).o, false);
       o = o.defined() ? add(o, oS) : oS;
     }
     if (cfg_.emit_long_ratio) {
-      long_ratio_ = lambda.defined() ? reshape(lambda, {B, r + T, Hq}).data().narrow(1, r, T).contiguous()
-                                     : Tensor::full({B, T, Hq}, cfg_.fusion_weight, dt, x.device());
+      long_ratio_ = in.lambda.defined() ? reshape(in.lambda, {B, T, Hq}).data()
+                                        : Tensor::full({B, T, Hq}, cfg_.fusion_weight, dt, in.q.device());
     }
   }
-  if (r > 0) o = narrow(o, 1, r, T);
   if (st) {
+    HYB_ASSERT(st->n_seen == 0, "nha: a parallel prefill continues no state");
+    NhaDecodeState& ds = st->op;
     if (M > 0) {
-      st->HK = HK.data();
-      st->HV = HV.data();
+      ds.HK = HK.data();
+      ds.HV = HV.data();
     }
-    // The ring keeps the last min(w, r + T) rows (all rows for a full window). With shift 0 their
-    // tokens are already in the slots: zero s and g make absorbing them again a no-op.
-    const int64_t n = r + T, keep = Wk < 0 ? n : std::min(Wk, n);
-    if (keep > 0) {
-      st->ring_k = kx.data().narrow(1, n - keep, keep).contiguous();
-      st->ring_v = vx.data().narrow(1, n - keep, keep).contiguous();
-      if (M > 0) {
-        st->ring_s = shift == 0 ? Tensor::zeros({B, keep, Hkv, M}, sdt, x.device())
-                                : sx.data().narrow(1, n - keep, keep).contiguous();
-        st->ring_g = shift == 0 ? Tensor::zeros({B, keep, Hkv, M}, sdt, x.device())
-                                : gx.data().narrow(1, n - keep, keep).contiguous();
-      }
+    if (Wk < 0) {
+      ring_reserve(ds.ring_k, T);
+      ring_reserve(ds.ring_v, T);
     }
-    st->n_seen += T;
+    if (ds.ring_k.defined()) {
+      ring_write(ds.ring_k, in.k.data());
+      ring_write(ds.ring_v, in.v.data());
+    }
+    if (ds.ring_s.defined()) {
+      ring_write(ds.ring_s, in.s.data());
+      ring_write(ds.ring_g, in.g.data());
+    }
+    st->n_seen = T;
   }
-  return o_proj_->forward(rmsnorm(silu(reshape(o, {B, T, Hq * Dv})), compute_view(g_norm_, dt), cfg_.output_norm_eps));
+  return o;
+}
+
+// The decode step (nha_decode.h) on x's tokens, one after another; a weighted fusion takes its two
+// branches from one call (split softmaxes) and weighs them as attend() does.
+Var NhaMixer::step(const OpInputs& in, NhaState& st) {
+  HYB_CHECK(!grad_enabled(), "nha decode: the decode step records no gradient; decode under NoGradGuard");
+  const int64_t B = in.q.size(0), T = in.q.size(1), Hq = cfg_.num_heads;
+  const DType dt = in.q.dtype();
+  NhaDecodeParams p;
+  p.scale = cfg_.scale;
+  p.window = cfg_.window_keys();
+  p.shift = cfg_.shift();
+  p.pos = st.n_seen;
+  p.split = cfg_.fusion != "softmax";
+  p.long_ratio = cfg_.emit_long_ratio && !p.split;
+  p.slot_silu = cfg_.slot_swish;
+  if (p.window < 0) {  // a KV cache: nothing waits in it to enter the slots (shift is -1 or 0)
+    ring_reserve(st.op.ring_k, p.pos + T);
+    ring_reserve(st.op.ring_v, p.pos + T);
+  }
+  const RopeTable* tab = cfg_.pos_enc == "rope_short" && p.window != 0 ? &rope_table_to(p.pos + T, in.q.device()) : nullptr;
+  const Tensor bias = pos_bias_.defined() ? compute_view(pos_bias_, dt).data().contiguous() : Tensor();
+  auto data = [](const Var& x) { return x.defined() ? x.data() : Tensor(); };
+  NhaDecodeOutputs y = nha_decode_step(in.q.data(), in.k.data(), in.v.data(), data(in.s), data(in.g), bias, tab, st.op, p);
+  st.n_seen += T;
+  if (!p.split) {
+    if (p.long_ratio) long_ratio_ = y.long_ratio;
+    return Var(y.o);
+  }
+  Var o;
+  auto add_branch = [&](const Tensor& branch, bool long_branch) {
+    if (!branch.defined()) return;
+    const double c = cfg_.fusion_weight;
+    const Var w = in.lambda.defined() ? mul(long_branch ? in.lambda : add_scalar(neg(in.lambda), 1.0), Var(branch))
+                                      : mul_scalar(Var(branch), long_branch ? c : 1.0 - c);
+    o = o.defined() ? add(o, w) : w;
+  };
+  add_branch(y.o, true);
+  add_branch(y.o_window, false);
+  if (cfg_.emit_long_ratio)
+    long_ratio_ = in.lambda.defined() ? reshape(in.lambda, {B, T, Hq}).data()
+                                      : Tensor::full({B, T, Hq}, cfg_.fusion_weight, dt, in.q.device());
+  return o;
+}
+
+Var NhaMixer::output(const Var& o) {
+  const int64_t B = o.size(0), T = o.size(1);
+  return o_proj_->forward(rmsnorm(silu(reshape(o, {B, T, cfg_.num_heads * cfg_.value_head_dim})),
+                                  compute_view(g_norm_, o.dtype()), cfg_.output_norm_eps));
 }
 
 bool NhaMixer::set_full_window(bool full) {
@@ -203,11 +281,12 @@ bool NhaMixer::set_full_window(bool full) {
   return true;
 }
 
-Var NhaMixer::forward(const Var& x) { return run(x, nullptr); }
+Var NhaMixer::forward(const Var& x) { return output(attend(project(x, nullptr), nullptr)); }
 
 std::unique_ptr<DecodeState> NhaMixer::start_decode(int64_t batch, Device device, DType dtype) {
   auto s = std::make_unique<NhaState>();
   const int64_t Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, Dv = cfg_.value_head_dim, M = cfg_.slots;
+  const DType sdt = dtype == DType::bf16 ? DType::f32 : dtype;
   if (cfg_.use_short_conv) {
     const int64_t keep = cfg_.conv_size - 1;
     s->q_conv = Tensor::zeros({batch, keep, Hq * D}, dtype, device);
@@ -215,14 +294,29 @@ std::unique_ptr<DecodeState> NhaMixer::start_decode(int64_t batch, Device device
     s->v_conv = Tensor::zeros({batch, keep, Hkv * Dv}, dtype, device);
   }
   if (M > 0) {
-    const DType sdt = dtype == DType::bf16 ? DType::f32 : dtype;
-    s->HK = Tensor::zeros({batch, Hkv, D, M}, sdt, device);
-    s->HV = Tensor::zeros({batch, Hkv, M, Dv}, sdt, device);
+    s->op.HK = Tensor::zeros({batch, Hkv, D, M}, sdt, device);
+    s->op.HV = Tensor::zeros({batch, Hkv, M, Dv}, sdt, device);
+  }
+  // The ring holds the window's keys and the tokens still to enter the slots: w slots (shift is w or
+  // 0), or every position for an unlimited window (from max_seq_len, doubled on demand).
+  const int64_t Wk = cfg_.window_keys(), shift = cfg_.shift();
+  const int64_t R = Wk < 0 ? std::max<int64_t>(max_seq_len_, 1) : std::max(Wk, shift);
+  if (R > 0) {
+    s->op.ring_k = Tensor::zeros({batch, R, Hkv, D}, dtype, device);
+    s->op.ring_v = Tensor::zeros({batch, R, Hkv, Dv}, dtype, device);
+  }
+  if (M > 0 && shift > 0) {
+    s->op.ring_s = Tensor::zeros({batch, R, Hkv, M}, sdt, device);
+    s->op.ring_g = Tensor::zeros({batch, R, Hkv, M}, sdt, device);
   }
   return s;
 }
 
-Var NhaMixer::decode(const Var& x, DecodeState& state) { return run(x, &dynamic_cast<NhaState&>(state)); }
+Var NhaMixer::decode(const Var& x, DecodeState& state) {
+  auto& st = dynamic_cast<NhaState&>(state);
+  OpInputs in = project(x, &st);
+  return output(st.n_seen == 0 && x.size(1) > 1 ? attend(in, &st) : step(in, st));
+}
 
 std::unique_ptr<Mixer> make_nha_mixer(const json& mixer, const MixerContext& ctx) {
   return std::make_unique<NhaMixer>(nha_config_from_json(mixer), ctx);

@@ -1,7 +1,7 @@
 // The NHA mixer's keys (nha.md 10) and its rules. Departures from the spec's table: d_model is a key
 // like every other family's; num_kv_heads and value_head_dim accept null (num_heads, head_dim);
-// slot_feature_map accepts only "identity" (the paper-era layer; "swish" of the 2026 refactor needs
-// separate slot and window q, k in the op) and value_act "silu" or "none".
+// value_act takes "silu" or "none"; slot_feature_map "swish" (the 2026 refactor) is refused with
+// pos_enc "rope_short_long", where neither the paper nor the official code says which comes first.
 #include "layers/nha/nha_config.h"
 
 #include <cmath>
@@ -41,8 +41,9 @@ const KeyTable kNhaKeys{"nha", nullptr, {
      .doc = "RoPE base"},
     {.name = "scale", .type = KeyType::number, .null = Null::derived, .range = Range::above(0),
      .default_doc = "null: head_dim^(-1/2)", .doc = "scale of slot and window logits alike"},
-    {.name = "slot_feature_map", .type = KeyType::enumeration, .default_value = "identity", .values = {"identity"},
-     .doc = "feature map on the slot branch's q and k (paper era: identity; the 2026 swish is not implemented)"},
+    {.name = "slot_feature_map", .type = KeyType::enumeration, .default_value = "identity",
+     .values = {"identity", "swish"},
+     .doc = "feature map on the slot branch's q and k (paper era: identity; the 2026 layer: swish); the window reads them raw"},
     {.name = "gate_logit_normalizer", .type = KeyType::number, .default_value = 8.0, .range = Range::above(0),
      .doc = "tau: g = logsigmoid(f_proj x) / tau, s = 1 - exp(g)"},
     {.name = "value_act", .type = KeyType::enumeration, .default_value = "silu", .values = {"silu", "none"},
@@ -70,6 +71,9 @@ void resolve_nha_config(Json& mixer, const LayerConfigContext& ctx) {
   const std::string pos = m["pos_enc"].get<std::string>();
   if ((pos == "rope_short" || pos == "rope_short_long") && D % 2 != 0)
     throw ConfigKeyError("head_dim", expected_problem(str_cat("an even number with pos_enc \"", pos, "\""), m["head_dim"]));
+  if (m["slot_feature_map"].get<std::string>() == "swish" && pos == "rope_short_long")
+    throw ConfigKeyError("slot_feature_map", expected_problem("\"identity\" with pos_enc \"rope_short_long\" (RoPE and "
+                                                              "swish on the slots have no defined order)", m["slot_feature_map"]));
   if (json_int(m["slots"]) == 0 && json_int(m["window"]) == 0 && m["window_includes_current"].get<bool>())
     throw ConfigKeyError("window", expected_problem("a window > 0 or -1 with slots = 0 (a layer needs slots or a window)",
                                                     m["window"]));

@@ -83,12 +83,15 @@ Tensor rotated(const Tensor& x, const NhaParams& p, int64_t T, int64_t window) {
 }  // namespace
 
 NhaOutputs nha_forward_cpu(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& s0, const Tensor& g0,
-                           const Tensor& HK00, const Tensor& HV00, const Tensor& bias0, const NhaParams& p) {
+                           const Tensor& HK00, const Tensor& HV00, const Tensor& bias0, const NhaParams& p,
+                           const Tensor& q_window, const Tensor& k_window) {
   const NhaDims d = nha_dims("nha_forward", q0, k0, v0, s0, g0, HK00, HV00, bias0, p);
+  const NhaWindowSide win = nha_window_side("nha_forward", q0, k0, q_window, k_window);
   auto cont = [](const Tensor& x) { return x.defined() ? x.contiguous() : Tensor(); };
   const Tensor q = q0.contiguous(), k = k0.contiguous(), v = v0.contiguous(), s = cont(s0), g = cont(g0),
                HK0 = cont(HK00), HV0 = cont(HV00), bias = cont(bias0);
-  const Tensor qr = rotated(q, p, d.T, d.window).contiguous(), kr = rotated(k, p, d.T, d.window).contiguous();
+  const Tensor qr = rotated(win.q.contiguous(), p, d.T, d.window).contiguous(),
+               kr = rotated(win.k.contiguous(), p, d.T, d.window).contiguous();
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.D));
   const Index ix{d.T, d.Hq, d.Hkv, d.D, d.Dv, d.M};
   const int64_t D = d.D, Dv = d.Dv, M = d.M, W = d.window;
@@ -151,11 +154,13 @@ NhaGrads nha_backward_cpu(const NhaSaved& sv, const Tensor& dout0, const Tensor&
                           GradMask needed) {
   const NhaParams& p = sv.params;
   const NhaDims d = nha_dims("nha_backward", sv.q, sv.k, sv.v, sv.s, sv.g, sv.HK0, sv.HV0, sv.bias, p);
+  const NhaWindowSide win = nha_window_side("nha_backward", sv.q, sv.k, sv.q_window, sv.k_window);
   auto cont = [](const Tensor& x) { return x.defined() ? x.contiguous() : Tensor(); };
   const Tensor q = sv.q.contiguous(), k = sv.k.contiguous(), v = sv.v.contiguous(), s = cont(sv.s), g = cont(sv.g),
                HK0 = cont(sv.HK0), HV0 = cont(sv.HV0), bias = cont(sv.bias), dout = dout0.contiguous(),
                dHKT = cont(dHK0_), dHVT = cont(dHV0_);
-  const Tensor qr = rotated(q, p, d.T, d.window).contiguous(), kr = rotated(k, p, d.T, d.window).contiguous();
+  const Tensor qr = rotated(win.q.contiguous(), p, d.T, d.window).contiguous(),
+               kr = rotated(win.k.contiguous(), p, d.T, d.window).contiguous();
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.D));
   const Index ix{d.T, d.Hq, d.Hkv, d.D, d.Dv, d.M};
   // Without slots no token enters a memory: every query takes the initial-memory path below.
@@ -315,28 +320,32 @@ NhaGrads nha_backward_cpu(const NhaSaved& sv, const Tensor& dout0, const Tensor&
       }
     });
   });
-  // dq = memory part + RoPE^T(window part); likewise dk.
+  // dq = memory part + RoPE^T(window part), likewise dk; the window part apart for a separate window q, k.
+  auto unrotated = [&](const Tensor& win_rot) {
+    if (!p.rope || d.window == 0) return win_rot;
+    return rope_backward(win_rot, rope_table(p.rope_theta, d.D, p.rope_offset + d.T, std::nullopt, Device::cpu()),
+                         p.rope_offset);
+  };
   auto add_window = [&](Tensor& mem, const Tensor& win_rot) {
-    const Tensor win = p.rope && d.window > 0 ? rope_backward(win_rot, rope_table(p.rope_theta, d.D, p.rope_offset + d.T, std::nullopt,
-                                                                  Device::cpu()),
-                                              p.rope_offset)
-                              : win_rot;
+    const Tensor w = unrotated(win_rot).contiguous();
     visit_float("nha_backward", dt, [&](auto tag) {
       using E = decltype(tag);
       E* a = mem.data<E>();
-      const E* w = win.contiguous().data<E>();
-      for (int64_t e = 0; e < mem.numel(); ++e) a[e] += w[e];
+      const E* b = w.data<E>();
+      for (int64_t e = 0; e < mem.numel(); ++e) a[e] += b[e];
     });
   };
   NhaGrads out;
   if (needed[0]) {
-    add_window(dq, dqr);
+    if (!win.separate) add_window(dq, dqr);
     out.dq = dq;
   }
   if (needed[1]) {
-    add_window(dk, dkr);
+    if (!win.separate) add_window(dk, dkr);
     out.dk = dk;
   }
+  if (win.separate && needed[8]) out.dq_window = unrotated(dqr);
+  if (win.separate && needed[9]) out.dk_window = unrotated(dkr);
   if (needed[2]) out.dv = dv;
   if (needed[3]) out.ds = ds;
   if (needed[4]) out.dg = dg;

@@ -72,6 +72,20 @@ NhaDims nha_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   return d;
 }
 
+NhaWindowSide nha_window_side(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_window,
+                              const Tensor& k_window) {
+  HYB_CHECK(q_window.defined() == k_window.defined(), op, ": give both window-side q and k or neither");
+  if (!q_window.defined()) return {q, k, false};
+  HYB_CHECK(q_window.shape() == q.shape() && k_window.shape() == k.shape(), op, ": the window-side q and k are ",
+            shape_str(q_window.shape()), " and ", shape_str(k_window.shape()), "; they must be the shapes of q ",
+            shape_str(q.shape()), " and k ", shape_str(k.shape()));
+  HYB_CHECK(q_window.dtype() == q.dtype() && k_window.dtype() == q.dtype(), op, ": the window-side q and k must be ",
+            dtype_name(q.dtype()), ", got ", dtype_name(q_window.dtype()), " and ", dtype_name(k_window.dtype()));
+  check_same_device(op, q, q_window);
+  check_same_device(op, q, k_window);
+  return {q_window, k_window, true};
+}
+
 #if HYBRID_CUDA
 namespace {
 
@@ -82,7 +96,7 @@ RopeTable rope_table_for(const Tensor& q, const NhaParams& p, const NhaDims& d) 
 // The resolved window and shift, and the window-side q and k rotated as the CPU reference does.
 SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                             const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p,
-                            const NhaDims& d) {
+                            const NhaDims& d, const NhaWindowSide& win) {
   SlotAttentionArgs a;
   auto cont = [](const Tensor& x) { return x.defined() ? x.contiguous() : Tensor(); };
   a.q = q.contiguous(), a.k = k.contiguous(), a.v = v.contiguous();
@@ -91,12 +105,13 @@ SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, c
   a.window = d.window;
   a.shift = d.shift;
   if (d.window > 0) {
+    const Tensor qw = win.separate ? win.q.contiguous() : a.q, kw = win.separate ? win.k.contiguous() : a.k;
     if (p.rope) {
       const RopeTable tab = rope_table_for(q, p, d);
-      a.qr = rope_forward(a.q, tab, p.rope_offset).contiguous();
-      a.kr = rope_forward(a.k, tab, p.rope_offset).contiguous();
+      a.qr = rope_forward(qw, tab, p.rope_offset).contiguous();
+      a.kr = rope_forward(kw, tab, p.rope_offset).contiguous();
     } else {
-      a.qr = a.q, a.kr = a.k;
+      a.qr = qw, a.kr = kw;
     }
   }
   return a;
@@ -106,18 +121,20 @@ SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, c
 #endif
 
 NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
-                       const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p, NhaSaved* saved) {
+                       const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p, NhaSaved* saved,
+                       const Tensor& q_window, const Tensor& k_window) {
   const NhaDims d = nha_dims("nha_forward", q, k, v, s, g, HK0, HV0, bias, p);
+  const NhaWindowSide win = nha_window_side("nha_forward", q, k, q_window, k_window);
 #if HYBRID_CUDA
   if (q.is_cuda()) {
-    SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d), p.long_ratio);
-    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, y.lse, y.o};
+    SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win), p.long_ratio);
+    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o};
     return {y.o, y.HK, y.HV, y.long_ratio};
   }
 #endif
-  (void)d;
-  NhaOutputs r = nha_forward_cpu(q, k, v, s, g, HK0, HV0, bias, p);
-  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, p, Tensor(), Tensor()};
+  (void)d, (void)win;
+  NhaOutputs r = nha_forward_cpu(q, k, v, s, g, HK0, HV0, bias, p, q_window, k_window);
+  if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, Tensor(), Tensor()};
   return r;
 }
 
@@ -133,7 +150,8 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
 #if HYBRID_CUDA
   if (s.q.is_cuda()) {
     const NhaParams& p = s.params;
-    const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d);
+    const NhaWindowSide win = nha_window_side("nha_backward", s.q, s.k, s.q_window, s.k_window);
+    const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d, win);
     Tensor lse = s.lse, o = s.o;
     if (!lse.defined()) {  // a record without them (from the CPU forward) reruns the forward
       const SlotAttentionOut y = slot_attention_forward_cuda(a, false);
@@ -141,13 +159,24 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
     }
     SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, o, dout, dHK, dHV);
     // The window side saw RoPE(q), RoPE(k): its gradients go back through the transposed rotation.
-    auto total = [&](Tensor mem, const Tensor& win) {
-      if (win.defined()) cuda_add_(mem, p.rope ? rope_backward(win, rope_table_for(s.q, p, d), p.rope_offset) : win, 1.0);
+    auto unrotated = [&](const Tensor& w) { return p.rope ? rope_backward(w, rope_table_for(s.q, p, d), p.rope_offset) : w; };
+    auto total = [&](Tensor mem, const Tensor& w) {
+      if (w.defined()) cuda_add_(mem, unrotated(w), 1.0);
       return mem.to(s.q.dtype());
     };
+    auto window_only = [&](const Tensor& w, const Tensor& like) {
+      return w.defined() ? unrotated(w).to(s.q.dtype()) : Tensor::zeros(like.shape(), like.dtype(), like.device());
+    };
     NhaGrads r;
-    if (needed[0]) r.dq = total(g.dq, g.dqr);
-    if (needed[1]) r.dk = total(g.dk, g.dkr);
+    if (win.separate) {
+      if (needed[0]) r.dq = g.dq.to(s.q.dtype());
+      if (needed[1]) r.dk = g.dk.to(s.q.dtype());
+      if (needed[8]) r.dq_window = window_only(g.dqr, s.q);
+      if (needed[9]) r.dk_window = window_only(g.dkr, s.k);
+    } else {
+      if (needed[0]) r.dq = total(g.dq, g.dqr);
+      if (needed[1]) r.dk = total(g.dk, g.dkr);
+    }
     if (needed[2]) r.dv = g.dv.to(s.q.dtype());
     if (needed[3]) r.ds = g.ds;
     if (needed[4]) r.dg = g.dg;
@@ -161,12 +190,12 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
 }
 
 NhaVars nha(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g, const Var& HK0, const Var& HV0,
-            const Var& bias, const NhaParams& p) {
-  const bool rec = will_record({q, k, v, s, g, HK0, HV0, bias});
+            const Var& bias, const NhaParams& p, const Var& q_window, const Var& k_window) {
+  const bool rec = will_record({q, k, v, s, g, HK0, HV0, bias, q_window, k_window});
   auto data = [](const Var& x) { return x.defined() ? x.data() : Tensor(); };
   NhaSaved sv;
   NhaOutputs r = nha_forward(q.data(), k.data(), v.data(), data(s), data(g), data(HK0), data(HV0), data(bias), p,
-                             rec ? &sv : nullptr);
+                             rec ? &sv : nullptr, data(q_window), data(k_window));
   const bool slots = r.HK.defined();
   std::vector<Tensor> outs{r.o};
   if (slots) {
@@ -174,17 +203,17 @@ NhaVars nha(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g
     outs.push_back(r.HV);
   }
   std::vector<Var> out = record_op(
-      "nha", {q, k, v, s, g, HK0, HV0, bias}, outs,
+      "nha", {q, k, v, s, g, HK0, HV0, bias, q_window, k_window}, outs,
       [sv, slots](const Grads& douts, GradMask need) {
         // Only a final memory may carry a gradient (a prefill whose outputs are discarded).
         const Tensor dout = douts[0].defined() ? douts[0]
                                                : Tensor::zeros({sv.q.size(0), sv.q.size(1), sv.q.size(2), sv.v.size(3)},
                                                                sv.q.dtype(), sv.q.device());
         NhaGrads gr = nha_backward(sv, dout, slots ? douts[1] : Tensor(), slots ? douts[2] : Tensor(), need);
-        return Grads{gr.dq, gr.dk, gr.dv, gr.ds, gr.dg, gr.dHK0, gr.dHV0, gr.dbias};
+        return Grads{gr.dq, gr.dk, gr.dv, gr.ds, gr.dg, gr.dHK0, gr.dHV0, gr.dbias, gr.dq_window, gr.dk_window};
       },
       {{"q", sv.q}, {"k", sv.k}, {"v", sv.v}, {"s", sv.s}, {"g", sv.g}, {"HK0", sv.HK0}, {"HV0", sv.HV0},
-       {"bias", sv.bias}, {"o", sv.o}});
+       {"bias", sv.bias}, {"q_window", sv.q_window}, {"k_window", sv.k_window}, {"o", sv.o}});
   NhaVars y{out[0], slots ? out[1] : Var(), slots ? out[2] : Var(), r.long_ratio};
   return y;
 }

@@ -15,6 +15,8 @@
 // The CPU form is the recurrent reference of nha.md 2.8 and 4; on CUDA tensors nha_forward /
 // nha_backward run the slot-attention kernels shared with gsa (layers/gsa/slot_attention_cuda.h):
 // chunked slot memory, slot and window logits of a query normalised by one online softmax.
+// Optional q_window, k_window (shapes of q, k) give the window branch its own q and k; q and k then
+// serve the slots only (a slot feature map, nha.md 8.5).
 //   NhaParams p; p.window = 32; p.shift = 32;
 //   NhaVars y = nha(q, k, v, s, g, Var(), Var(), Var(), p);
 #pragma once
@@ -55,6 +57,7 @@ struct NhaSaved {        // exactly what nha_backward reads
   Tensor s, g;           // (B, T, Hkv, M) or undefined (M = 0)
   Tensor HK0, HV0;       // initial memories or undefined (zeros)
   Tensor bias;           // (Hq, nb) or undefined
+  Tensor q_window, k_window;  // the window branch's own q, k, or undefined (it reads q, k)
   NhaParams params;
   Tensor lse;            // CUDA only: (B, T, Hq) f32 log normaliser of each query's joint softmax
   Tensor o;              // CUDA only: (B, T, Hq, Dv) the output, for delta = <dO, o> (nha.md 5.3)
@@ -68,11 +71,14 @@ struct NhaGrads {
   Tensor dk, dv, ds, dg;        // per kv head, summed over its query heads
   Tensor dHK0, dHV0;            // when the initial memories were given
   Tensor dbias;                 // (Hq, nb), summed over b and t
+  Tensor dq_window, dk_window;  // with q_window, k_window: the window branch's part (dq, dk then the slots')
 };
 
-// needed: bit 0 q, 1 k, 2 v, 3 s, 4 g, 5 HK0, 6 HV0, 7 bias. dHK, dHV may be undefined.
+// needed: bit 0 q, 1 k, 2 v, 3 s, 4 g, 5 HK0, 6 HV0, 7 bias, 8 q_window, 9 k_window. dHK, dHV may be
+// undefined.
 NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
-                       const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p, NhaSaved* saved);
+                       const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p, NhaSaved* saved,
+                       const Tensor& q_window = Tensor(), const Tensor& k_window = Tensor());
 NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, const Tensor& dHV, GradMask needed);
 
 struct NhaVars {
@@ -80,11 +86,20 @@ struct NhaVars {
   Tensor long_ratio;  // undefined unless params.long_ratio
 };
 NhaVars nha(const Var& q, const Var& k, const Var& v, const Var& s, const Var& g, const Var& HK0, const Var& HV0,
-            const Var& bias, const NhaParams& p);
+            const Var& bias, const NhaParams& p, const Var& q_window = Var(), const Var& k_window = Var());
+
+// The window branch's q and k: q_window, k_window when given (checked against q, k), else q, k.
+struct NhaWindowSide {
+  Tensor q, k;
+  bool separate;  // given apart from the slots' q, k
+};
+NhaWindowSide nha_window_side(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_window,
+                              const Tensor& k_window);
 
 // CPU reference (nha_cpu.cpp).
 NhaOutputs nha_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
-                           const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p);
+                           const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p,
+                           const Tensor& q_window = Tensor(), const Tensor& k_window = Tensor());
 NhaGrads nha_backward_cpu(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, const Tensor& dHV,
                           GradMask needed);
 

@@ -2,7 +2,7 @@
 // files in f64 with omega_L, and the special cases of nha.md 3: window 0 = gsa (golden gsa files),
 // window >= T = causal attention with M null keys, M = 0 = sliding-window attention (golden
 // attention files), s and g gradients zero on the last w tokens, continuation from a final memory
-// and a ring of the last w tokens (the decode identity of nha.md 9).
+// and a ring of the last w tokens (the decode identity of nha.md 9), a window-side q and k of its own.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -124,6 +124,37 @@ TEST_CASE("nha gradients of every input match finite differences in every window
       INFO(r.report);
       REQUIRE(r.max_error < 1e-6);
     }
+  }
+}
+
+TEST_CASE("nha with a window-side q and k of its own: the slots read q, k, the window reads q_window, k_window",
+          "[nha][cpu][grad]") {
+  NhaCase c = random_case(1, 11, 4, 2, 4, 3, 3, true, 40);
+  const Tensor qw = random_tensor(c.q.shape(), 47), kw = random_tensor(c.k.shape(), 48);
+  const NhaParams p = params(3, 3);
+  SECTION("q_window = q and k_window = k is the op without them") {
+    const NhaOutputs a = nha_forward_cpu(c.q, c.k, c.v, c.s, c.g, c.HK0, c.HV0, Tensor(), p);
+    const NhaOutputs b = nha_forward_cpu(c.q, c.k, c.v, c.s, c.g, c.HK0, c.HV0, Tensor(), p, c.q, c.k);
+    REQUIRE(rel_error(b.o, a.o) == 0.0);
+  }
+  SECTION("the window side alone moves the window, the slot side alone the slots") {
+    // Without slots only the window side counts; with window 0 only the slot side.
+    const NhaOutputs win = nha_forward_cpu(c.q, c.k, c.v, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), p, qw, kw);
+    const NhaOutputs win_ref = nha_forward_cpu(qw, kw, c.v, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), p);
+    REQUIRE(rel_error(win.o, win_ref.o) < 1e-15);
+    const NhaOutputs slots = nha_forward_cpu(c.q, c.k, c.v, c.s, c.g, c.HK0, c.HV0, Tensor(), params(0, 3), qw, kw);
+    const NhaOutputs slots_ref = nha_forward_cpu(c.q, c.k, c.v, c.s, c.g, c.HK0, c.HV0, Tensor(), params(0, 3));
+    REQUIRE(rel_error(slots.o, slots_ref.o) < 1e-15);
+  }
+  SECTION("gradients of every input, the window side included, match finite differences") {
+    auto r = gradcheck(
+        [&](const std::vector<Var>& x) {
+          NhaVars y = nha(x[0], x[1], x[2], x[3], x[4], x[5], x[6], Var(), p, x[7], x[8]);
+          return std::vector<Var>{y.o, y.HK, y.HV};
+        },
+        {c.q, c.k, c.v, c.s, c.g, c.HK0, c.HV0, qw, kw});
+    INFO(r.report);
+    REQUIRE(r.max_error < 1e-6);
   }
 }
 

@@ -6,8 +6,9 @@
 // (the per-query kernels). Then the same over several 64-query tiles of the chunk kernels: the paper
 // form and each ablation that goes through them (no token shift, no short memory, no long memory),
 // windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
-// NHA mixer decoding on CUDA (ring of w tokens plus slots) equals its parallel forward in every
-// ablation that changes the op calls.
+// NHA mixer decoding on CUDA (the decode kernel on the slots and a ring of w tokens, after a parallel
+// prefill or from the first token) equals its parallel forward in every ablation that changes the op
+// calls.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -211,9 +212,14 @@ TEST_CASE("NHA on cuda: decoding token by token and from prefills equals the par
       {"w/o short memory (window 0)", {{"window", 0}}},
       {"w/o token shift", {{"token_shift", false}}},
       {"full window", {{"window", -1}}},
+      {"full window without token shift", {{"window", -1}, {"token_shift", false}}},
+      {"window excludes current", {{"window_includes_current", false}}},
+      {"weighted_fixed", {{"fusion", "weighted_fixed"}, {"fusion_weight", 0.3}}},
       {"weighted_learned", {{"fusion", "weighted_learned"}}},
       {"rope_short_long", {{"pos_enc", "rope_short_long"}}},
       {"learned_short", {{"pos_enc", "learned_short"}}},
+      {"short convs, GQA 4:1", {{"use_short_conv", true}, {"num_kv_heads", 1}}},
+      {"slot_feature_map swish", {{"slot_feature_map", "swish"}}},
   };
   for (const auto& [name, variant] : variants) {
     json m = {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 8}, {"value_head_dim", 4}, {"slots", 3}, {"window", 5}};

@@ -1,15 +1,23 @@
 // The NHA mixer on the CPU: gradients of every parameter and the input under every ablation of
 // nha.md 8.2-8.3, a behaviour test per ablation, omega_L, parameter names and count (7.1), decoding
-// token by token == the parallel forward (9) at the mixer and the model level, and the config rules (10).
+// token by token == the parallel forward (9) at the mixer and the model level, the config rules (10),
+// and slot_feature_map swish (8.5) against its composition written out by hand.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/gradcheck.h"
 #include "compare.h"
 #include "core/rng.h"
+#include "autograd/ops/binary.h"
+#include "autograd/ops/shape_ops.h"
+#include "autograd/ops/unary.h"
+#include "layers/linear/linear_op.h"
 #include "layers/model/causal_lm.h"
 #include "layers/nha/nha.h"
+#include "layers/nha/nha_op.h"
+#include "layers/norm/rmsnorm_op.h"
 #include "layers/nha/nha_config.h"
 #include "layers/mixer_test_util.h"
 #include "layers/registry.h"
@@ -61,6 +69,7 @@ const std::vector<std::pair<std::string, json>> kVariants = {
     {"w/o short memory (window 0)", {{"window", 0}}},
     {"w/o token shift", {{"token_shift", false}}},
     {"full window", {{"window", -1}}},
+    {"full window without token shift", {{"window", -1}, {"token_shift", false}}},
     {"window excludes current", {{"window_includes_current", false}}},
     {"weighted_fixed", {{"fusion", "weighted_fixed"}, {"fusion_weight", 0.3}}},
     {"weighted_learned", {{"fusion", "weighted_learned"}}},
@@ -68,6 +77,7 @@ const std::vector<std::pair<std::string, json>> kVariants = {
     {"pos_enc none", {{"pos_enc", "none"}}},
     {"learned_short", {{"pos_enc", "learned_short"}}},
     {"short convs, value_act none", {{"use_short_conv", true}, {"value_act", "none"}}},
+    {"slot_feature_map swish", {{"slot_feature_map", "swish"}}},
 };
 
 }  // namespace
@@ -122,6 +132,27 @@ TEST_CASE("NHA decoding token by token and from prefills equals the parallel for
   }
 }
 
+TEST_CASE("a full-window NHA layer decodes past max_seq_len: its KV cache doubles", "[nha][cpu][decode]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  NhaMixer layer(nha_config_from_json(small({{"window", -1}})), test_mixer_context({.d_model = 8, .max_seq_len = 4}));
+  layer.initialize(3);
+  randomize_parameters(layer, 4);
+  NoGradGuard no_grad;
+  const Tensor x = random_tensor({2, 13, 8}, 5);
+  const Tensor full = layer.forward(Var(x)).data();
+  for (int64_t prefill : {1, 6}) {
+    DYNAMIC_SECTION("prefill " << prefill) {
+      auto state = layer.start_decode(2, Device::cpu(), DType::f64);
+      const int64_t start = state->bytes();
+      std::vector<Var> outs{layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state)};
+      for (int64_t t = prefill; t < 13; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state));
+      REQUIRE(rel_error(concat(outs, 1).data(), full) < 1e-12);
+      // The cache went from 4 to 16 positions of B 2 x Hkv 2 x (D 4 + Dv 2) values.
+      REQUIRE(state->bytes() - start == 12 * 2 * 2 * (4 + 2) * int64_t(sizeof(double)));
+    }
+  }
+}
+
 TEST_CASE("NHA decode state: slots plus a ring of w tokens (nha.md 9)", "[nha][cpu][decode]") {
   ParameterScope f64(Device::cpu(), DType::f64);
   NhaMixer layer(nha_config_from_json(small(json::object())), mixer_context(8));
@@ -162,14 +193,14 @@ TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
     auto sa = p.a.start_decode(2, Device::cpu(), DType::f64), sb = p.b.start_decode(2, Device::cpu(), DType::f64);
     p.a.decode(Var(x), *sa);
     p.b.decode(Var(x), *sb);
-    auto& na = dynamic_cast<NhaState&>(*sa);
-    auto& nb = dynamic_cast<NhaState&>(*sb);
+    auto& na = dynamic_cast<NhaState&>(*sa).op;
+    auto& nb = dynamic_cast<NhaState&>(*sb).op;
     REQUIRE(rel_error(na.HK, nb.HK) < 1e-14);
     REQUIRE(rel_error(na.HV, nb.HV) < 1e-14);
     Pair shifted(small(json::object()), small({{"window", 0}}));
     auto sc = shifted.a.start_decode(2, Device::cpu(), DType::f64);
     shifted.a.decode(Var(x), *sc);
-    REQUIRE(rel_error(dynamic_cast<NhaState&>(*sc).HK, nb.HK) > 1e-3);
+    REQUIRE(rel_error(dynamic_cast<NhaState&>(*sc).op.HK, nb.HK) > 1e-3);
   }
   SECTION("weighted_fixed with weight 0 is the window branch alone: the layer without slots") {
     Pair p(small({{"fusion", "weighted_fixed"}, {"fusion_weight", 0.0}}), small({{"slots", 0}}));
@@ -205,6 +236,38 @@ TEST_CASE("NHA ablations behave as nha.md 8 says", "[nha][cpu]") {
     Pair w0(small({{"window", 0}, {"pos_enc", "rope_short_long"}}), small({{"window", 0}, {"pos_enc", "rope_short"}}));
     REQUIRE(rel_error(w0.a.forward(Var(x)).data(), w0.b.forward(Var(x)).data()) > 1e-3);
   }
+}
+
+TEST_CASE("slot_feature_map swish is silu on the slots' q and k, written out by hand; the window reads them raw",
+          "[nha][cpu]") {
+  ParameterScope f64(Device::cpu(), DType::f64);
+  NoGradGuard no_grad;
+  NhaMixer layer(nha_config_from_json(small({{"slot_feature_map", "swish"}})), mixer_context(8));
+  layer.initialize(1);
+  randomize_parameters(layer, 2);
+  std::map<std::string, Var> w;
+  for (const auto& p : layer.named_parameters()) w[p.name] = p.var;
+  const int64_t B = 2, T = 9, Hq = 4, Hkv = 2, D = 4, Dv = 2, M = 3;
+  const Var x(random_tensor({B, T, 8}, 50));
+  // nha.md 7.2 with the 2026 feature map (8.5): the slot branch reads silu(q), silu(k).
+  const Var q = reshape(linear(x, w["q_proj.weight"]), {B, T, Hq, D});
+  const Var k = reshape(linear(x, w["k_proj.weight"]), {B, T, Hkv, D});
+  const Var v = silu(reshape(linear(x, w["v_proj.weight"]), {B, T, Hkv, Dv}));
+  const Var g = mul_scalar(logsigmoid(reshape(linear(x, w["f_proj.weight"]), {B, T, Hkv, M})), 1.0 / 8.0);
+  const Var s = add_scalar(neg(exp(g)), 1.0);
+  NhaParams p;
+  p.window = p.shift = 3;
+  p.scale = 0.5;
+  const Var o = nha(silu(q), silu(k), v, s, g, Var(), Var(), Var(), p, q, k).o;
+  const Var y = linear(rmsnorm(silu(reshape(o, {B, T, Hq * Dv})), w["g_norm.weight"], 1e-5), w["o_proj.weight"]);
+  REQUIRE(rel_error(layer.forward(x).data(), y.data()) < 1e-14);
+  // Not the identity map, and not silu on the window side as well.
+  NhaMixer identity(nha_config_from_json(small(json::object())), mixer_context(8));
+  identity.initialize(1);
+  randomize_parameters(identity, 2);
+  REQUIRE(rel_error(identity.forward(x).data(), y.data()) > 1e-3);
+  const Var both = nha(silu(q), silu(k), v, s, g, Var(), Var(), Var(), p).o;
+  REQUIRE(rel_error(both.data(), o.data()) > 1e-3);
 }
 
 TEST_CASE("NHA emits omega_L per token and head: 1 without a window, M / (M + sum e^b) with an empty memory",
@@ -280,6 +343,9 @@ TEST_CASE("the nha config derives heads, dims and scale and rejects what does no
   REQUIRE(error_of({{"head_dim", 7}, {"pos_enc", "none"}}, 64).empty());
   REQUIRE_THAT(error_of({{"fusion", "sum"}}, 64), Catch::Contains("fusion"));
   REQUIRE_THAT(error_of({{"fusion_weight", 1.5}}, 64), Catch::Contains("fusion_weight"));
-  REQUIRE_THAT(error_of({{"slot_feature_map", "swish"}}, 64), Catch::Contains("slot_feature_map"));
+  REQUIRE(error_of({{"slot_feature_map", "swish"}}, 64).empty());
+  REQUIRE_THAT(error_of({{"slot_feature_map", "swish"}, {"pos_enc", "rope_short_long"}}, 64),
+               Catch::Contains("slot_feature_map") && Catch::Contains("rope_short_long"));
+  REQUIRE_THAT(error_of({{"slot_feature_map", "relu"}}, 64), Catch::Contains("slot_feature_map"));
   REQUIRE_THAT(error_of({{"chunk_size", 48}}, 64), Catch::Contains("chunk_size"));
 }
