@@ -1,4 +1,5 @@
-// `hybrid bench ops [--filter NAME] [--reps N] [--out FILE.jsonl]`: times each CUDA kernel with CUDA
+// `hybrid bench ops [--filter NAME[,NAME...]] [--reps N] [--out FILE.jsonl]`: times each CUDA kernel (those
+// whose name contains one of the filter's comma-separated parts) with CUDA
 // events (median of N runs after warm-up) and reports it against the two ceilings measured in the same
 // run: a large device-to-device copy (bytes read + written per second) and a large bf16 GEMM. Every case
 // states the bytes it must move and the FLOPs it must do (METHOD.md), so the table says how far each
@@ -127,6 +128,17 @@ void decode_comparison(int64_t context, int reps, const std::string& out, const 
     report("attention_decode_step", att_us, att_bytes);
     std::printf("     nha / attention: %.3f\n", nha_us / att_us);
   }
+}
+
+bool matches_filter(const std::string& name, const std::string& filter) {
+  if (filter.empty()) return true;
+  for (size_t start = 0; start <= filter.size();) {
+    const size_t end = std::min(filter.find(',', start), filter.size());
+    const std::string part = filter.substr(start, end - start);
+    if (!part.empty() && name.find(part) != std::string::npos) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 std::vector<BenchCase> make_cases() {
@@ -453,7 +465,7 @@ int cmd_bench(Args& args) {
               props.name.c_str(), props.sm_count, copy_gbs, copy_ms, gemm_tflops, gemm_ms);
   std::printf("%-30s %-32s %10s %10s %8s %10s %8s\n", "kernel", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%gemm");
   for (const BenchCase& bc : make_cases()) {
-    if (!filter.empty() && bc.name.find(filter) == std::string::npos) continue;
+    if (!matches_filter(bc.name, filter)) continue;
     double ms = 0;
     try {
       ms = median_ms(bc.run, reps);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Run ON THE DEVICE from the repository root with binaries built on the development machine and
+# carried, so a short verification spends no device time compiling. Build here first:
+#   tools/build_carried.sh      # build-carry/: hybrid and test_layers for sm_90, packed, with spdlog/fmt
+# then call the device with carry ["build-carry"] and `bash tools/device_carried.sh`.
+# Runs the [gpu] layer tests (the families named in GPU_TAGS first, so the newest kernels report even
+# if the time runs out), `hybrid bench ops` on BENCH_FILTER, `hybrid bench decode` and the PyTorch
+# SDPA anchor, each under its own timeout; logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$(pwd)/device-out}
+carried=${CARRIED_BUILD:-build-carry}
+build=/tmp/hybrid-carried/bin
+mkdir -p "$out" /tmp/hybrid-carried
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$carried/bins.tar.xz" /tmp/hybrid-carried
+export LD_LIBRARY_PATH=$(pwd)/$carried/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source tools/device_env.sh
+# cuBLAS and NCCL: the toolkit's, else the ones of PyTorch's wheels (nvidia/*/lib).
+wheel_libs=$(python3 -c 'import glob, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib")))' 2>/dev/null)
+export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64:/usr/local/cuda/lib${wheel_libs:+:$wheel_libs}
+# The tests read golden files through the source path compiled in here; point it at this checkout.
+src=$(cat "$carried/source_dir")
+[ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$(pwd)" "$src"; }
+echo "built from $(head -1 "$carried/commit")$( [ "$(wc -l < "$carried/commit")" -gt 1 ] && echo ' (with uncommitted changes)')"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/system.txt" 2>&1
+if ! "$build/hybrid" --help > /dev/null 2> "$out/loader.log"; then
+  echo "device_carried: $build/hybrid does not start:"; cat "$out/loader.log"; exit 2
+fi
+
+tests_log=$out/tests.log
+: > "$tests_log"
+run_tag() {  # $1: Catch2 test spec, $2: seconds
+  echo "===== $1" >> "$tests_log"
+  local t0=$(date +%s)
+  timeout "$2" "$build/test_layers" "$1" >> "$tests_log" 2>&1
+  local rc=$?
+  echo "tests $1: rc $rc in $(( $(date +%s) - t0 )) s: $(tail -n 3 "$tests_log" | grep -E 'passed|failed|No tests ran' | tail -1)"
+}
+first=""
+for tag in ${GPU_TAGS:-nha gsa gated_delta_rule}; do
+  run_tag "[$tag][gpu]" "${TAG_TIMEOUT:-60}"
+  first="$first~[$tag]"
+done
+run_tag "[gpu]$first" "${REST_TIMEOUT:-60}"
+
+timeout "${BENCH_TIMEOUT:-90}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
+  --filter "${BENCH_FILTER:-gated_delta_rule,nha,gsa,simple_gla,mamba2_block}" > "$out/bench.log" 2>&1
+echo "bench ops: rc $?"
+timeout 40 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
+echo "bench decode: rc $?"
+timeout "${SDPA_TIMEOUT:-60}" python3 tools/sdpa_anchor.py > "$out/sdpa.log" 2>&1
+echo "sdpa anchor: rc $?"
+cat "$out/bench.log"
+echo "== sdpa"; tail -14 "$out/sdpa.log"
+echo "== failures"; grep -B3 -A12 -E "FAILED|failed" "$tests_log" | head -80
