@@ -184,17 +184,21 @@ __device__ __forceinline__ PairCumsum chunk_cumsum(float x0, float x1, int n, in
   return p;
 }
 
-// The opt-in shared memory per block of a device (cached per device index).
-inline int max_smem(int device) {
+// A device attribute, asked once per device index.
+template <cudaDeviceAttr kAttr>
+int device_attribute(int device) {
   static std::array<std::atomic<int>, 64> cache{};  // 0: not asked yet
   HYB_CHECK(device >= 0 && device < int(cache.size()), "chunk kernels: device index ", device, " out of range");
   int v = cache[device].load(std::memory_order_relaxed);
   if (v == 0) {
-    HYB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    HYB_CUDA_CHECK(cudaDeviceGetAttribute(&v, kAttr, device));
     cache[device].store(v, std::memory_order_relaxed);
   }
   return v;
 }
+// The opt-in shared memory per block, and the number of SMs.
+inline int max_smem(int device) { return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device); }
+inline int sm_count(int device) { return device_attribute<cudaDevAttrMultiProcessorCount>(device); }
 
 template <typename F>
 void set_smem(F* kernel, size_t bytes) {
