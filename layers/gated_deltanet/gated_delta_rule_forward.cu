@@ -66,7 +66,7 @@ struct PrepareArgs {
   bf16x *W, *U;         // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
 };
 
-// Grid (NC, B HV), kThreads. smem PrepareSmem<KT> (101 KiB at KT = 64: two blocks per SM).
+// Grid (NC, B HV), kThreads. smem PrepareSmem<KT> (92 KiB at KT = 64: two blocks per SM).
 // Ainv is scaled by the token factors before the split (Ainv diag(beta gam), Ainv diag(beta)), so the
 // products read the exact bf16 K and V tiles and only the solve's result is split.
 template <int KT>
@@ -291,7 +291,7 @@ struct OutputArgs {
   float scale;
 };
 
-// Grid (NC, B HV), kThreads; smem OutputSmem<KT> (55 KiB at KT = 64). Warp w owns token rows
+// Grid (NC, B HV), kThreads; smem OutputSmem<KT> (46 KiB at KT = 64). Warp w owns token rows
 // [16w, 16w + 16) of every product; P stays in shared memory across the 64-column V tiles.
 template <int KT>
 __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a, Dims d) {
@@ -418,10 +418,11 @@ bool fused_enabled() {
 
 }  // namespace
 
-bool gated_delta_rule_fused_supported(const Tensor& q, int64_t T, int64_t K, int64_t V) {
-  if (!fused_enabled() || !q.is_cuda() || q.dtype() != DType::bf16 || T < 1) return false;
-  if (K > 128 || K % 8 != 0 || V % 8 != 0 || V < 8) return false;
-  const size_t need = std::max(gdn::forward_smem_max(int(K)), gdn::backward_smem_max(int(K)));
+bool gated_delta_rule_fused_supported(const Tensor& q, const GatedDeltaDims& d) {
+  if (!fused_enabled() || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
+  if (d.K > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.V < 8) return false;
+  if (d.B * d.HV > 65535) return false;  // (b, value head) is a grid y index
+  const size_t need = std::max(gdn::forward_smem_max(int(d.K)), gdn::backward_smem_max(int(d.K)));
   return need <= size_t(chunk_mma::max_smem(q.device().index));
 }
 

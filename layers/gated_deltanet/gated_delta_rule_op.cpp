@@ -53,7 +53,7 @@ GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, con
     HYB_CHECK(q.dtype() != DType::f64, "gated_delta_rule_forward: the CUDA path computes on f32 or bf16, got f64");
 #if HYBRID_CUDA
     GatedDeltaOutputs r = d.T == 1 ? gated_delta_rule_decode_cuda(q, k, v, beta, g, S0, scale)
-                          : gated_delta_rule_fused_supported(q, d.T, d.K, d.V)
+                          : gated_delta_rule_fused_supported(q, d)
                               ? gated_delta_rule_forward_fused(q, k, v, beta, g, S0, scale)
                               : gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
 #else
@@ -82,7 +82,7 @@ GatedDeltaGrads gated_delta_rule_backward(const GatedDeltaSaved& s, const Tensor
             s.q.device().str(), ")");
   if (s.q.is_cuda()) {
 #if HYBRID_CUDA
-    if (gated_delta_rule_fused_supported(s.q, d.T, d.K, d.V)) return gated_delta_rule_backward_fused(s, dout, dfinal, needed);
+    if (gated_delta_rule_fused_supported(s.q, d)) return gated_delta_rule_backward_fused(s, dout, dfinal, needed);
 #endif
     return gated_delta_rule_backward_kernels(s, dout, dfinal, needed);
   }
