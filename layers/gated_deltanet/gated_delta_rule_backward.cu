@@ -205,7 +205,8 @@ struct BackwardSmem {
   static constexpr size_t kAhi = 2 * kKTile;       // bf16 [64][kLd64]: Ainv, high part
   static constexpr size_t kAlo = kAhi + kTile;     // bf16 [64][kLd64]: Ainv, low part
   static constexpr size_t kdP = kAlo + kTile;      // bf16 [64][kLd64]: dP
-  static constexpr size_t kR = kdP + kTile;        // the region below, reused by phase
+  static constexpr size_t kAv = kdP + kTile;       // bf16 [64][kLd64]: tril(beta_i (dU @ V^T), -1)
+  static constexpr size_t kR = kAv + kTile;        // the region below, reused by phase
   // Phase 1, the solve: f32 M and X [64][kLdF], the block scratch.
   static constexpr size_t kM = kR, kX = kM + size_t(kC) * kLdF * 4, kT = kX + size_t(kC) * kLdF * 4;
   static constexpr size_t kSolveEnd = kT + size_t(kSolveScratch) * 4;
@@ -266,12 +267,13 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
 // Warp w: rows [16 (w % 4), +16); columns [32 (w / 4), +32) of the 64-wide products and [(w / 4) KT / 2,
 // +KT / 2) of the K-wide ones. Ainv is recomputed in fp32 (4.5) and used as bf16 high + low parts.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims d) {
+__global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(BackwardArgs a, Dims d) {
   using L = BackwardSmem<KT>;
   constexpr int NTK = KT / 16, LDK = KT + 8;  // K-wide products: KT / 2 columns (NTK n-tiles) per warp
   extern __shared__ __align__(16) unsigned char smem[];
   auto tile = [&](size_t off) { return reinterpret_cast<bf16x*>(smem + off); };
-  bf16x *sQ = tile(L::kQ), *sK = tile(L::kK), *sAhi = tile(L::kAhi), *sAlo = tile(L::kAlo), *sdP = tile(L::kdP);
+  bf16x *sQ = tile(L::kQ), *sK = tile(L::kK), *sAhi = tile(L::kAhi), *sAlo = tile(L::kAlo), *sdP = tile(L::kdP),
+        *sAv = tile(L::kAv);
   bf16x *sDO = tile(L::kDO), *sU = tile(L::kU), *sdU = tile(L::kdU), *sV = tile(L::kV), *sS = tile(L::kS),
         *sD = tile(L::kD);
   bf16x *sdW = tile(L::kdW), *sdA = tile(L::kdA), *sT1 = tile(L::kT1);
@@ -360,6 +362,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
     }
   }
   store_masked(sdP, kLd64, accP, sG, a.scale, m0, n0, lane);  // dP = scale (dO @ U^T) .* L
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // the V part of dA, parked in shared memory to free registers for pass 2
+      const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+      const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] : 0.f, x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] : 0.f;
+      *reinterpret_cast<uint32_t*>(sAv + r * kLd64 + i) = pack_bf16(x0, x1);
+    }
 
   // Pass 2: dO @ S^T, U @ D^T, dU @ S^T and <S, D>.
   float accQ[1][NTK][4], accK[1][NTK][4], accW[1][NTK][4];
@@ -432,8 +442,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
-        const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] + sBg[i] * t[0][ni][e] : 0.f;
-        const float x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] + sBg[i + 1] * t[0][ni][e + 1] : 0.f;
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sAv + r * kLd64 + i));
+        const float x0 = i < r ? v.x + sBg[i] * t[0][ni][e] : 0.f;
+        const float x1 = i + 1 < r ? v.y + sBg[i + 1] * t[0][ni][e + 1] : 0.f;
         *reinterpret_cast<uint32_t*>(sdA + r * kLd64 + i) = pack_bf16(x0, x1);
       }
   }

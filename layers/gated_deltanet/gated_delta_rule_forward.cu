@@ -49,11 +49,9 @@ struct PrepareSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
   static constexpr size_t kK = 0;                                 // bf16 [64][KT + 8]
   static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;    // bf16 [64][kLd64], one V tile
-  static constexpr size_t kAbgHi = kV + kTile;                    // bf16 [64][kLd64] Ainv diag(beta gam)
-  static constexpr size_t kAbgLo = kAbgHi + kTile;
-  static constexpr size_t kAbHi = kAbgLo + kTile;                 // bf16 [64][kLd64] Ainv diag(beta)
-  static constexpr size_t kAbLo = kAbHi + kTile;
-  static constexpr size_t kM = kAbLo + kTile;                     // f32 [64][kLdF]
+  static constexpr size_t kAhi = kV + kTile;                      // bf16 [64][kLd64]: Ainv diag(beta gam),
+  static constexpr size_t kAlo = kAhi + kTile;                    // then Ainv diag(beta), high and low parts
+  static constexpr size_t kM = kAlo + kTile;                      // f32 [64][kLdF]
   static constexpr size_t kX = kM + size_t(kC) * kLdF * 4;        // f32 [64][kLdF]
   static constexpr size_t kT = kX + size_t(kC) * kLdF * 4;        // f32 kSolveScratch
   static constexpr size_t kG = kT + size_t(kSolveScratch) * 4;    // f32 [64] each: G, beta, beta gam
@@ -66,19 +64,17 @@ struct PrepareArgs {
   bf16x *W, *U;         // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
 };
 
-// Grid (NC, B HV), kThreads. smem PrepareSmem<KT> (92 KiB at KT = 64: two blocks per SM).
-// Ainv is scaled by the token factors before the split (Ainv diag(beta gam), Ainv diag(beta)), so the
-// products read the exact bf16 K and V tiles and only the solve's result is split.
+// Grid (NC, B HV), kThreads. smem PrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
+// Ainv is scaled by the token factors before the split (Ainv diag(beta gam), then Ainv diag(beta) in
+// the same tiles), so the products read the exact bf16 K and V tiles and only the solve's result is split.
 template <int KT>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d) {
   using L = PrepareSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem + L::kK);
   bf16x* sV = reinterpret_cast<bf16x*>(smem + L::kV);
-  bf16x* sAbgHi = reinterpret_cast<bf16x*>(smem + L::kAbgHi);
-  bf16x* sAbgLo = reinterpret_cast<bf16x*>(smem + L::kAbgLo);
-  bf16x* sAbHi = reinterpret_cast<bf16x*>(smem + L::kAbHi);
-  bf16x* sAbLo = reinterpret_cast<bf16x*>(smem + L::kAbLo);
+  bf16x* sAhi = reinterpret_cast<bf16x*>(smem + L::kAhi);
+  bf16x* sAlo = reinterpret_cast<bf16x*>(smem + L::kAlo);
   float* sM = reinterpret_cast<float*>(smem + L::kM);
   float* sX = reinterpret_cast<float*>(smem + L::kX);
   float* sT = reinterpret_cast<float*>(smem + L::kT);
@@ -108,19 +104,20 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
   }
   __syncthreads();
   unit_lower_inverse<kThreads>(sM, sX, sT);
-  for (int e = threadIdx.x; e < kC * kC; e += kThreads) {
-    const int r = e / kC, i = e % kC;
-    const float x = sX[r * kLdF + i];
-    split_bf16(x * sBg[i], sAbgHi[r * kLd64 + i], sAbgLo[r * kLd64 + i]);
-    split_bf16(x * sBeta[i], sAbHi[r * kLd64 + i], sAbLo[r * kLd64 + i]);
-  }
+  auto split_scaled = [&](const float* colscale) {  // Ainv diag(colscale) into sAhi + sAlo
+    for (int e = threadIdx.x; e < kC * kC; e += kThreads) {
+      const int r = e / kC, i = e % kC;
+      split_bf16(sX[r * kLdF + i] * colscale[i], sAhi[r * kLd64 + i], sAlo[r * kLd64 + i]);
+    }
+  };
+  split_scaled(sBg);
   __syncthreads();
   const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
   {  // W = (Ainv diag(beta gam)) @ K
     float w[1][KT / 8][4];
     zero(w);
-    warp_mma<1, KT / 8, kC, false, false>(w, sAbgHi, kLd64, m0, sK, KT + 8, 0, lane);
-    warp_mma<1, KT / 8, kC, false, false>(w, sAbgLo, kLd64, m0, sK, KT + 8, 0, lane);
+    warp_mma<1, KT / 8, kC, false, false>(w, sAhi, kLd64, m0, sK, KT + 8, 0, lane);
+    warp_mma<1, KT / 8, kC, false, false>(w, sAlo, kLd64, m0, sK, KT + 8, 0, lane);
     bf16x* Wc = a.W + z * kC * d.K;
 #pragma unroll
     for (int ni = 0; ni < KT / 8; ++ni)
@@ -130,16 +127,18 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
         if (col < d.K) *reinterpret_cast<uint32_t*>(Wc + r * d.K + col) = pack_bf16(w[0][ni][e], w[0][ni][e + 1]);
       }
   }
+  __syncthreads();  // every warp is done with Ainv diag(beta gam)
+  split_scaled(sBeta);
   bf16x* Uc = a.U + z * kC * d.V;
   const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
   for (int v0 = 0; v0 < d.V; v0 += 64) {  // U0 = (Ainv diag(beta)) @ V, one 64-column tile at a time
     if (v0) __syncthreads();               // every warp is done with the previous tile
     load_rows<kC, 64, kThreads>(sV, vb + v0, int64_t(d.HV) * d.V, t0, d.T, d.V - v0, nullptr);
-    __syncthreads();
+    __syncthreads();  // the V tile (and, the first time, Ainv diag(beta)) complete
     float u[1][8][4];
     zero(u);
-    warp_mma<1, 8, kC, false, false>(u, sAbHi, kLd64, m0, sV, kLd64, 0, lane);
-    warp_mma<1, 8, kC, false, false>(u, sAbLo, kLd64, m0, sV, kLd64, 0, lane);
+    warp_mma<1, 8, kC, false, false>(u, sAhi, kLd64, m0, sV, kLd64, 0, lane);
+    warp_mma<1, 8, kC, false, false>(u, sAlo, kLd64, m0, sV, kLd64, 0, lane);
 #pragma unroll
     for (int ni = 0; ni < 8; ++ni)
 #pragma unroll
