@@ -53,7 +53,9 @@ GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, con
     HYB_CHECK(q.dtype() != DType::f64, "gated_delta_rule_forward: the CUDA path computes on f32 or bf16, got f64");
 #if HYBRID_CUDA
     GatedDeltaOutputs r = d.T == 1 ? gated_delta_rule_decode_cuda(q, k, v, beta, g, S0, scale)
-                                   : gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
+                          : gated_delta_rule_fused_supported(q, d)
+                              ? gated_delta_rule_forward_fused(q, k, v, beta, g, S0, scale)
+                              : gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
 #else
     GatedDeltaOutputs r = gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
 #endif
@@ -78,7 +80,12 @@ GatedDeltaGrads gated_delta_rule_backward(const GatedDeltaSaved& s, const Tensor
   HYB_CHECK(dout.device() == s.q.device() && (!dfinal.defined() || dfinal.device() == s.q.device()),
             "gated_delta_rule_backward: dout and the final-state gradient must be on the device of q (",
             s.q.device().str(), ")");
-  if (s.q.is_cuda()) return gated_delta_rule_backward_kernels(s, dout, dfinal, needed);
+  if (s.q.is_cuda()) {
+#if HYBRID_CUDA
+    if (gated_delta_rule_fused_supported(s.q, d)) return gated_delta_rule_backward_fused(s, dout, dfinal, needed);
+#endif
+    return gated_delta_rule_backward_kernels(s, dout, dfinal, needed);
+  }
   return s.params.chunk_size > 0 ? gated_delta_rule_chunked_backward_cpu(s, dout, dfinal, needed)
                                  : gated_delta_rule_backward_cpu(s, dout, dfinal, needed);
 }

@@ -80,6 +80,16 @@ GatedDeltaOutputs gated_delta_rule_forward_kernels(const Tensor& q, const Tensor
                                                    const Tensor& beta, const Tensor& g, const Tensor& S0, double scale);
 GatedDeltaGrads gated_delta_rule_backward_kernels(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                                   GradMask needed);
+// The fused bf16 CUDA path (gated_delta_rule_forward.cu, gated_delta_rule_backward.cu): tensor-core
+// kernels per chunk of 64 tokens around a sequential fp32 scan of the chunk states, taken when
+// supported says so (bf16 on CUDA, K <= 128, K and V multiples of 8, B HV <= 65535 and the shared-memory
+// tiles fit);
+// otherwise the toolkit sequence above runs. HYBRID_GDN_FUSED=0 in the environment turns it off.
+bool gated_delta_rule_fused_supported(const Tensor& q, const GatedDeltaDims& d);
+GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                                 const Tensor& g, const Tensor& S0, double scale);
+GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
+                                                GradMask needed);
 // The one-token forward on CUDA (gated_delta_rule_decode.cu): one kernel on the state, the decode step.
 GatedDeltaOutputs gated_delta_rule_decode_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                                const Tensor& g, const Tensor& S0, double scale);

@@ -16,8 +16,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -25,103 +23,33 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "kernels/chunk_mma.cuh"
 #include "kernels/chunk_ops.h"
-#include "kernels/vector_io.cuh"
 #include "layers/mamba2/simple_gla_op.h"
-#include "layers/softmax_attention/flash_attention_device.cuh"
 
 namespace hyb {
 namespace {
 
-using flash::ldsm_x4;
-using flash::ldsm_x4_t;
-using flash::mma_16816;
-using flash::pack_bf16;
-using flash::smem_u32;
-using bf16x = __nv_bfloat16;
+using chunk_mma::bf16x;
+using chunk_mma::block_sum;
+using chunk_mma::bp;
+using chunk_mma::bp_mut;
+using chunk_mma::chunk_cumsum;
+using chunk_mma::frag_col;
+using chunk_mma::frag_row;
+using chunk_mma::kC;
+using chunk_mma::load_rows;
+using chunk_mma::max_smem;
+using chunk_mma::pack_bf16;
+using chunk_mma::rows16;
+using chunk_mma::rowdot;
+using chunk_mma::set_smem;
+using chunk_mma::store_masked;
+using chunk_mma::warp_mma;
+using chunk_mma::zero;
 
-constexpr int kC = kScanChunk;  // tokens per chunk
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kLdP = kC + 8;  // row stride of the 64 x 64 score tiles
-
-// acc[mi][ni] += A[m0 + 16 mi .., 0 .. KR) @ B[0 .. KR, n0 + 8 ni ..) for one warp.
-// A is M x KR: stored row-major [m][k] (lda) or, kA_T, as its transpose [k][m].
-// B is KR x N: stored row-major [k][n] (ldb) or, kB_T, as its transpose [n][k].
-template <int MT, int NT, int KR, bool kA_T, bool kB_T>
-__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const bf16x* A, int lda, int m0, const bf16x* B,
-                                         int ldb, int n0, int lane) {
-  static_assert(NT % 2 == 0 && KR % 16 == 0, "n-tiles go in pairs, the reduction in steps of 16");
-  const int i = lane % 8, j = lane / 8;
-#pragma unroll
-  for (int k0 = 0; k0 < KR; k0 += 16) {
-    uint32_t a[MT][4];
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi) {
-      if constexpr (kA_T)
-        ldsm_x4_t(a[mi], smem_u32(A + (k0 + i + (j / 2) * 8) * lda + m0 + mi * 16 + (j % 2) * 8));
-      else
-        ldsm_x4(a[mi], smem_u32(A + (m0 + mi * 16 + lane % 16) * lda + k0 + (lane / 16) * 8));
-    }
-#pragma unroll
-    for (int nj = 0; nj < NT / 2; ++nj) {
-      uint32_t b[4];
-      if constexpr (kB_T)
-        ldsm_x4(b, smem_u32(B + (n0 + nj * 16 + i + (j / 2) * 8) * ldb + k0 + (j % 2) * 8));
-      else
-        ldsm_x4_t(b, smem_u32(B + (k0 + i + (j % 2) * 8) * ldb + n0 + nj * 16 + (j / 2) * 8));
-#pragma unroll
-      for (int mi = 0; mi < MT; ++mi) {
-        mma_16816(acc[mi][2 * nj], a[mi], b[0], b[1]);
-        mma_16816(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
-      }
-    }
-  }
-}
-
-template <int MT, int NT>
-__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
-}
-
-// Row of accumulator entry e of the warp's single m-tile (rows r and r + 8 of each 16-row tile).
-__device__ __forceinline__ int frag_row(int lane, int e) { return lane / 4 + (e / 2) * 8; }
-__device__ __forceinline__ int frag_col(int lane, int e) { return (lane % 4) * 2 + (e % 2); }
-
-// Rows t0 .. t0 + 63 of one head of a (B, T, heads, D) bf16 tensor into a [64][DT + 8] tile, times
-// rowscale[r] when given; rows >= T and columns >= D are zero. D % 8 == 0 and 16-byte aligned rows.
-// The trip count is a constant so that every thread's loads are issued before the first store.
-template <int DT>
-__device__ __forceinline__ void load_rows(bf16x* s, const bf16x* head, int64_t row_stride, int t0, int T, int D,
-                                          const float* rowscale) {
-  constexpr int kVec = DT / 8, kIters = kC * kVec / kThreads;
-  static_assert(kC * kVec % kThreads == 0, "the tile splits evenly over the threads");
-  uint4 val[kIters];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int x = it * kThreads + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
-    val[it] = make_uint4(0, 0, 0, 0);
-    if (t0 + r < T && c8 < D) val[it] = *reinterpret_cast<const uint4*>(head + int64_t(t0 + r) * row_stride + c8);
-  }
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int x = it * kThreads + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
-    if (rowscale) {
-      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&val[it]);
-      const float f = rowscale[r];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 v = __bfloat1622float2(p[e]);
-        p[e] = __floats2bfloat162_rn(v.x * f, v.y * f);
-      }
-    }
-    *reinterpret_cast<uint4*>(s + r * (DT + 8) + c8) = val[it];
-  }
-}
 
 // An fp32 (K, V) state into a bf16 [KT][VT + 8] tile, zero outside K x V; V % 8 == 0. With dot_with
 // (another (K, V) fp32 state), returns this thread's part of sum(st .* dot_with) in fp32.
@@ -160,19 +88,6 @@ __device__ __forceinline__ void load_vec(float* s, const float* src) {
   for (int x = threadIdx.x; x < kC; x += kThreads) s[x] = src[x];
 }
 
-// Sum over the block of one float per thread; every thread gets the total. red: kWarps floats.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  float t = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) t += red[w];
-  __syncthreads();
-  return t;
-}
-
 struct Dims {
   int B, T, H, Gq, hpg, K, V, NC;
 };
@@ -192,16 +107,8 @@ __global__ void __launch_bounds__(256) gates_kernel(const float* __restrict__ g,
   const int t = c * kC + 2 * lane, n = min(kC, T - c * kC);
   const float* gb = g + b * T * H + h;
   const float x0 = t < T ? gb[int64_t(t) * H] : 0.f, x1 = t + 1 < T ? gb[int64_t(t + 1) * H] : 0.f;
-  float s = x0 + x1;  // inclusive scan of the pair sums
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float u = __shfl_up_sync(0xffffffffu, s, o);
-    if (lane >= o) s += u;
-  }
-  const float before = __shfl_up_sync(0xffffffffu, s, 1);
-  const float G0 = (lane == 0 ? 0.f : before) + x0, G1 = G0 + x1;
-  const int last_tok = n - 1;
-  const float last = __shfl_sync(0xffffffffu, last_tok % 2 ? G1 : G0, last_tok / 2);
+  const chunk_mma::PairCumsum p = chunk_cumsum(x0, x1, n, lane);
+  const float G0 = p.G0, G1 = p.G1, last = p.last;
   const int64_t o = z * kC + 2 * lane;
   *reinterpret_cast<float2*>(G + o) = make_float2(G0, G1);
   *reinterpret_cast<float2*>(gam + o) = make_float2(expf(G0), expf(G1));
@@ -265,8 +172,8 @@ __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict
   const int xh = h / xdiv, xheads = d.H / xdiv;
   load_vec(sR, rs + (int64_t(bh) * d.NC + c) * kC);
   __syncthreads();
-  load_rows<KT>(sX, x + (int64_t(b) * d.T * xheads + xh) * d.K, int64_t(xheads) * d.K, c * kC, d.T, d.K, sR);
-  load_rows<VT>(sY, y + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
+  load_rows<kC, KT, kThreads>(sX, x + (int64_t(b) * d.T * xheads + xh) * d.K, int64_t(xheads) * d.K, c * kC, d.T, d.K, sR);
+  load_rows<kC, VT, kThreads>(sY, y + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
   __syncthreads();
   constexpr int MT = KT / 64;  // 16-row tiles per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16 * MT;
@@ -285,21 +192,6 @@ __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict
           *reinterpret_cast<float2*>(o + int64_t(r) * d.V + col) =
               make_float2(alpha * acc[mi][ni][e], alpha * acc[mi][ni][e + 1]);
       }
-}
-
-// Writes the masked scores of the warp's rows to a bf16 [64][kLdP] tile:
-// s[r, i] = f * acc * exp(min(G_r - G_i, 0)) for i <= r, else 0.
-__device__ __forceinline__ void store_masked(bf16x* s, const float (&acc)[1][kC / 8][4], const float* G, float f,
-                                             int m0, int lane) {
-#pragma unroll
-  for (int ni = 0; ni < kC / 8; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int r = m0 + frag_row(lane, e), i = ni * 8 + frag_col(lane, e);
-      const float p0 = i <= r ? f * acc[0][ni][e] * __expf(fminf(G[r] - G[i], 0.f)) : 0.f;
-      const float p1 = i + 1 <= r ? f * acc[0][ni][e + 1] * __expf(fminf(G[r] - G[i + 1], 0.f)) : 0.f;
-      *reinterpret_cast<uint32_t*>(s + r * kLdP + i) = pack_bf16(p0, p1);
-    }
 }
 
 // O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V). Grid (NC, B H).
@@ -321,9 +213,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
   load_vec(sG, G + z * kC);
   load_vec(sGam, gam + z * kC);
   const int64_t qk_row = int64_t(d.Gq) * d.K;
-  load_rows<KT>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
-  load_rows<KT>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
-  load_rows<VT>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
+  load_rows<kC, KT, kThreads>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
+  load_rows<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
+  load_rows<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
   load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d.K, d.V, nullptr);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
@@ -331,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
     float s[1][kC / 8][4];
     zero(s);
     warp_mma<1, kC / 8, KT, false, true>(s, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-    store_masked(sP, s, sG, scale, m0, lane);
+    store_masked(sP, kLdP, s, sG, scale, m0, 0, lane);
   }
   float acc[1][VT / 8][4];
   zero(acc);
@@ -351,25 +243,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
       if (t < d.T && col < d.V)
         *reinterpret_cast<uint32_t*>(ob + (int64_t(t) * d.H) * d.V + col) = pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
     }
-}
-
-// sum over the row's columns of acc * X[row, col] for the warp's rows r and r + 8 (quad-reduced).
-template <int NT>
-__device__ __forceinline__ void rowdot(float (&out)[2], const float (&acc)[1][NT][4], const bf16x* X, int ld, int m0,
-                                       int lane) {
-  out[0] = out[1] = 0.f;
-#pragma unroll
-  for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-      out[e / 2] += acc[0][ni][e] * __bfloat162float(X[r * ld + col]);
-    }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    out[h] += __shfl_xor_sync(0xffffffffu, out[h], 1);
-    out[h] += __shfl_xor_sync(0xffffffffu, out[h], 2);
-  }
 }
 
 // Adds this head's dQ_h or dK_h (acc) to the group sum: kept in fragment order in sum (fp32 smem)
@@ -433,8 +306,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t qk_row = int64_t(d.Gq) * d.K, v_row = int64_t(d.H) * d.V;
   const int64_t qk_off = (int64_t(b) * d.T * d.Gq + grp) * d.K;
-  load_rows<KT>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  load_rows<KT>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
   for (int hi = 0; hi < d.hpg; ++hi) {
     const int h = grp * d.hpg + hi, bh = b * d.H + h;
@@ -444,22 +317,22 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
     load_vec(sG, a.G + z * kC);
     load_vec(sGam, a.gam + z * kC);
     load_vec(sKd, a.kd + z * kC);
-    load_rows<VT>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
-    load_rows<VT>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
+    load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
+    load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
     const float* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
     const float* Dc = a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV;
     load_state<KT, VT>(sS, Sc, d.K, d.V, nullptr);
     // <S_{c+1}, D_c> in fp32 for the last row of dG.
-    const float inner = block_sum(load_state<KT, VT>(sD, Dc, d.K, d.V, a.dg ? Sc + KV : nullptr), sRed);  // + barrier
+    const float inner = block_sum<kWarps>(load_state<KT, VT>(sD, Dc, d.K, d.V, a.dg ? Sc + KV : nullptr), sRed);  // + barrier
 
     {  // dP and P of the warp's rows (Q @ K^T is recomputed per head: holding it costs occupancy)
       float x[1][kC / 8][4];
       zero(x);
       warp_mma<1, kC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
-      store_masked(sdP, x, sG, a.scale, m0, lane);
+      store_masked(sdP, kLdP, x, sG, a.scale, m0, 0, lane);
       zero(x);
       warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-      store_masked(sP, x, sG, a.scale, m0, lane);
+      store_masked(sP, kLdP, x, sG, a.scale, m0, 0, lane);
     }
     __syncthreads();  // dP^T and P^T read every row
 
@@ -554,22 +427,6 @@ size_t backward_smem(int hpg) {
   return tiles + vecs + (hpg > 1 ? size_t(2) * kWarps * KT * 16 * sizeof(float) : 0);
 }
 
-int max_smem(int device) {
-  static std::array<std::atomic<int>, 64> cache{};  // 0: not asked yet
-  HYB_CHECK(device >= 0 && device < int(cache.size()), "simple_gla: device index ", device, " out of range");
-  int v = cache[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    HYB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cache[device].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
-template <typename F>
-void set_smem(F* kernel, size_t bytes) {
-  HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 // Calls f with the tile widths of K and V.
 template <typename F>
 void visit_tiles(int64_t K, int64_t V, F&& f) {
@@ -578,9 +435,6 @@ void visit_tiles(int64_t K, int64_t V, F&& f) {
   if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
   return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
 }
-
-const bf16x* bp(const Tensor& t) { return reinterpret_cast<const bf16x*>(t.data<bf16>()); }
-bf16x* bp_mut(const Tensor& t) { return t.defined() ? reinterpret_cast<bf16x*>(t.data<bf16>()) : nullptr; }
 
 Dims dims_of(const SimpleGlaDims& sd, const ChunkDims& cd) {
   return {int(sd.B), int(sd.T), int(sd.H), int(sd.Gq), int(sd.heads_per_group), int(sd.K), int(sd.V), int(cd.NC)};
@@ -640,15 +494,6 @@ Scan run_scan(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& S
   launch_outer(k, d.hpg, v, s.gates.kd.data<float>(), s.states, 1, 1.f, d, stream);
   state_scan(s.states, s.gates.Glast, false, d, stream);
   return s;
-}
-
-bool aligned16(const Tensor& t) { return is_aligned(t.raw_data(), 16); }
-
-// The kernels read rows with 16-byte loads: a contiguous tensor with a 16-byte aligned base (a view
-// at an odd offset, Mamba2's split of x B C for instance, is copied).
-Tensor rows16(const Tensor& t) {
-  Tensor c = t.contiguous();
-  return aligned16(c) ? c : c.clone();
 }
 
 }  // namespace

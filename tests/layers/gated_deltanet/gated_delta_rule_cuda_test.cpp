@@ -3,7 +3,8 @@
 // gradient, for T not a multiple of the chunk, HV = H and HV = 2H, K and V off the 64-wide tiles and at
 // 256 (the largest state tile chunk_delta_scan keeps in shared memory), and
 // a run with beta = 0 on a stretch of tokens (NAtS-L's softmax-routed chunks). T = 1 runs the decode
-// kernel forward and the chunked kernels backward.
+// kernel forward and the chunked kernels backward. bf16 with K <= 128 takes the fused tensor-core path:
+// its own case covers every compiled tile configuration (gated_deltanet.md 4.8 item 2, 6.9).
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
@@ -63,4 +64,62 @@ TEST_CASE("gated_delta_rule on cuda matches the recurrent cpu reference, outputs
       REQUIRE(r.ok);
     }
   }
+}
+
+TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and matches the recurrent cpu reference",
+          "[gated_delta_rule][gpu]") {
+  // Every tile configuration the fused path compiles: K padded to 64 or 128, and scan column tiles of
+  // 16, 32 and 64 (picked from B HV ceil(V / tile) against the 132 SMs of an H100 or H200, hence the 33
+  // and 66 heads). Also T below, at and around the chunk, a partial V tile (40), shared q/k heads
+  // (HV = 2H), an initial state, beta = 0 on a stretch, and weak decays (g near 0), under which the
+  // blocks of the triangular solve far from the diagonal matter as much as the near ones.
+  struct Case {
+    int64_t B, T, H, HV, K, V;
+    bool s0, weak_decay, zero_beta;
+  };
+  for (const Case& c : {Case{2, 200, 2, 2, 64, 64, true, true, false}, Case{1, 70, 1, 1, 128, 256, true, true, false},
+                        Case{2, 37, 2, 4, 16, 16, false, false, false}, Case{1, 130, 2, 2, 32, 40, true, false, true},
+                        Case{1, 63, 1, 2, 128, 40, true, true, false}, Case{1, 65, 66, 66, 32, 64, true, true, false},
+                        Case{2, 65, 66, 66, 24, 64, false, true, false}, Case{1, 70, 33, 66, 128, 40, true, true, false},
+                        Case{1, 70, 33, 33, 128, 256, true, true, false}, Case{3, 1, 1, 1, 8, 8, true, false, false},
+                        Case{1, 2, 2, 2, 64, 64, true, true, false}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                         << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")
+                         << (c.zero_beta ? " beta 0 on tokens 40..109" : "")) {
+#if HYBRID_CUDA  // the fused kernels exist only in a CUDA build; the [gpu] tests run only there
+      const Tensor probe = Tensor::zeros({c.B, c.T, c.H, c.K}, DType::bf16, Device::cuda(0));
+      REQUIRE(gated_delta_rule_fused_supported(probe, GatedDeltaDims{c.B, c.T, c.H, c.HV, c.K, c.V, c.HV / c.H}));
+#endif
+      auto unit = [&](uint64_t s) {
+        return l2norm_forward(random_tensor({c.B, c.T, c.H, c.K}, s), 1e-12, L2NormEps::clamp, nullptr);
+      };
+      Tensor beta = uniform({c.B, c.T, c.HV}, 24, 0.05, 0.95);
+      if (c.zero_beta) beta.narrow(1, 40, 70).copy_(Tensor::zeros({c.B, 70, c.HV}, DType::f64));
+      const Tensor g = c.weak_decay ? uniform({c.B, c.T, c.HV}, 25, -0.05, -0.001) : uniform({c.B, c.T, c.HV}, 25, -0.6, -0.02);
+      std::vector<Tensor> in{unit(21), unit(22), random_tensor({c.B, c.T, c.HV, c.V}, 23), beta, g};
+      if (c.s0) in.push_back(random_tensor({c.B, c.HV, c.K, c.V}, 26, DType::f64, 0.5));
+      ParityOptions opt;
+      opt.f32 = false;  // f32 runs the toolkit sequence, checked by the case above
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            GatedDeltaVars y = gated_delta_rule(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
+                                                c.s0 ? state_dtype(x[5], x[0]) : Var(), GatedDeltaParams{});
+            return std::vector<Var>{y.o, y.final_state};
+          },
+          in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("the golden gated_delta_rule shapes take the fused path in bf16 on cuda", "[gated_delta_rule][gpu]") {
+  // The golden test runs gated_delta_rule_5 and _6 on cuda in bf16; this pins that it checks the fused
+  // kernels (and not the toolkit fallback) against the golden recurrence.
+#if HYBRID_CUDA
+  for (const GatedDeltaDims& d : {GatedDeltaDims{2, 37, 2, 2, 16, 16, 1}, GatedDeltaDims{1, 130, 2, 2, 32, 32, 1}}) {
+    const Tensor probe = Tensor::zeros({d.B, d.T, d.H, d.K}, DType::bf16, Device::cuda(0));
+    CHECK(gated_delta_rule_fused_supported(probe, d));
+  }
+#endif
 }

@@ -1,0 +1,669 @@
+// The fused bf16 CUDA backward of the gated delta rule (gated_deltanet.md 4.4), mma.sync m16n8k16 on
+// bf16 shared-memory tiles with fp32 accumulation, chunks of 64 tokens:
+//   stage 0         run_wy (gated_delta_rule_forward.cu): W, U and the chunk-start states S_c again;
+//   scan_kernel     stage 1, sequential over the chunks in reverse per (b, value head, VS columns), D
+//                   (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
+//                   D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T) formed
+//                   per chunk in the kernel; writes dU and the bf16 snapshot D_c of every chunk;
+//   backward_kernel stages 2 and 3 per (chunk, b, value head) in parallel: dQ, dK, dV, dbeta and dG,
+//                   then dg = the reverse cumsum of dG within the chunk.
+// Shared q/k heads (HV > H): per-value-head dQ and dK go to fp32 chunk scratch and are summed over the
+// value heads of each q/k head in head order (chunk_to_tokens; no atomics).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "core/cuda/cuda_stream.h"
+#include "kernels/chunk_ops.h"
+#include "layers/gated_deltanet/gated_delta_rule_cuda.cuh"
+#include "layers/gated_deltanet/gated_delta_rule_op.h"
+
+namespace hyb {
+namespace gdn {
+namespace {
+
+using chunk_mma::block_sum;
+using chunk_mma::bp;
+using chunk_mma::bp_mut;
+using chunk_mma::chunk_cumsum;
+using chunk_mma::frag_col;
+using chunk_mma::frag_row;
+using chunk_mma::load_rows;
+using chunk_mma::pack_bf16;
+using chunk_mma::rowdot;
+using chunk_mma::set_smem;
+using chunk_mma::smem_u32;
+using chunk_mma::store_masked;
+using chunk_mma::warp_mma;
+using chunk_mma::zero;
+
+// ---------------------------------------------------------------------------------------------------
+// Stage 1: the reverse inter-chunk recurrence.
+
+constexpr int kScanThreads = 128;  // 4 warps: token rows [16w, 16w + 16), state rows [w KT / 4, (w + 1) KT / 4)
+
+template <int KT, int VS>
+struct ScanSmem {
+  static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
+  static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;  // one prefetch stage: Q, K, W, dO, raw g
+  static constexpr size_t kQ = 0;                               // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;                          // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kW = 2 * kKTile;                      // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kDO = 3 * kKTile;                     // + p kBuf: bf16 [64][VS + 8]
+  static constexpr size_t kGraw = 3 * kKTile + kVTile;          // + p kBuf: f32 [64]
+  static constexpr size_t kP = 2 * kBuf;                        // bf16 [64][kLd64]: scale L .* (Q @ K^T)
+  static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;   // bf16 [64][VS + 8]: scale gam .* dO
+  static constexpr size_t kdUn = kDOg + kVTile;                 // bf16 [64][VS + 8]: -dU
+  static constexpr size_t kD = kdUn + kVTile;                   // bf16 [KT][VS + 8]: D_c
+  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2; // f32 [4][64]: each warp's copy of G
+  static constexpr size_t kBytes = kGw + 4 * kC * 4;
+};
+
+struct ScanArgs {
+  const bf16x *q, *k;    // (B, T, H, K)
+  const bf16x* W;        // (B, HV, NC, 64, K)
+  const bf16x* dout;     // (B, T, HV, V)
+  const float* g;        // (B, T, HV)
+  const float* dfinal;   // (B, HV, K, V) or null (zeros)
+  bf16x* dU;             // (B, HV, NC, 64, V) out
+  bf16x* D;              // (B, HV, NC, K, V) out: D_c
+  float* dS0;            // (B, HV, K, V) or null
+  float scale;
+};
+
+// Grid (ceil(V / VS), B HV), kScanThreads; smem ScanSmem<KT, VS> (110 KiB at KT = VS = 64). Per chunk,
+// c = NC-1 .. 0, with D = D_c:
+//   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
+//   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows
+// P (one 64 x KT product) is formed per chunk here instead of in a parallel pass: it costs less than
+// writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
+// warp keeps its own copy of the chunk's G, so no barrier guards the gates.
+template <int KT, int VS>
+__global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) {
+  using L = ScanSmem<KT, VS>;
+  constexpr int NT = VS / 8, MT2 = KT / 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sP = reinterpret_cast<bf16x*>(smem + L::kP);
+  bf16x* sDOg = reinterpret_cast<bf16x*>(smem + L::kDOg);
+  bf16x* sdUn = reinterpret_cast<bf16x*>(smem + L::kdUn);
+  bf16x* sD = reinterpret_cast<bf16x*>(smem + L::kD);
+  auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
+  const int v0 = blockIdx.x * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
+  float* sG = reinterpret_cast<float*>(smem + L::kGw) + warp * kC;
+  const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
+  const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
+  auto load_chunk = [&](int c, int p) {
+    const int64_t z = int64_t(bh) * d.NC + c;
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kQ)), a.q + qk_off, qk_row, c * kC,
+                                                 d.T, d.K, tid);
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), a.k + qk_off, qk_row, c * kC,
+                                                 d.T, d.K, tid);
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
+                                                 kC, d.K, tid);
+    flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
+                                                 a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
+                                                 int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
+    if (tid < kC) {
+      const int t = c * kC + tid;
+      flash::cp_async4(smem_u32(reinterpret_cast<float*>(buf(p, L::kGraw)) + tid), t < d.T ? gb + int64_t(t) * d.HV : gb,
+                       t < d.T);
+    }
+    flash::cp_async_commit();
+  };
+
+  float D[MT2][NT][4];
+  load_state_fragments(D, a.dfinal ? a.dfinal + int64_t(bh) * d.K * d.V : nullptr, d.K, d.V, v0, m2, lane);
+  store_state(sD, D, m2, lane);
+  load_chunk(d.NC - 1, 0);
+  for (int step = 0; step < d.NC; ++step) {
+    const int c = d.NC - 1 - step, p = step & 1;
+    flash::cp_async_wait<0>();
+    __syncthreads();  // chunk c's tiles and D_c (sD) are visible; every warp is done with buffer p ^ 1
+    if (c > 0) load_chunk(c - 1, p ^ 1);
+    const bf16x* sQ = reinterpret_cast<const bf16x*>(buf(p, L::kQ));
+    const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
+    const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
+    const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(p, L::kDO));
+    const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
+    const int64_t z = int64_t(bh) * d.NC + c;
+    store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
+
+    const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
+    *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
+    __syncwarp();
+    float kd[2];  // rows m0 + lane / 4 and + 8
+#pragma unroll
+    for (int h = 0; h < 2; ++h) kd[h] = __expf(fminf(gc.last - sG[m0 + lane / 4 + 8 * h], 0.f));
+    {
+      float pp[1][kC / 8][4];
+      zero(pp);
+      warp_mma<1, kC / 8, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+      store_masked(sP, kLd64, pp, sG, a.scale, m0, 0, lane);
+    }
+    for (int x = lane; x < 16 * (VS / 8); x += 32) {  // the warp's rows of scale gam .* dO
+      const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
+      const float f = a.scale * __expf(sG[r]);
+      uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
+      __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&val);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f2 = __bfloat1622float2(h2[e]);
+        h2[e] = __floats2bfloat162_rn(f * f2.x, f * f2.y);
+      }
+      *reinterpret_cast<uint4*>(sDOg + r * (VS + 8) + c8) = val;
+    }
+    __syncthreads();  // P and scale gam .* dO complete
+
+    float du[1][NT][4];
+    zero(du);
+    warp_mma<1, NT, KT, false, false>(du, sK, KT + 8, m0, sD, VS + 8, 0, lane);
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
+    warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, 0, lane);
+    bf16x* dUc = a.dU + z * kC * d.V + v0;
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (v0 + col < d.V)
+          *reinterpret_cast<uint32_t*>(dUc + r * d.V + col) = pack_bf16(du[0][ni][e], du[0][ni][e + 1]);
+        *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
+      }
+    __syncthreads();  // -dU complete; every warp is done reading D_c
+
+    const float gam_n = __expf(gc.last);
+#pragma unroll
+    for (int mi = 0; mi < MT2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) D[mi][ni][e] *= gam_n;
+    warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
+    warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, 0, lane);
+    store_state(sD, D, m2, lane);
+  }
+  flash::cp_async_wait<0>();
+  if (a.dS0) store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Stages 2 and 3.
+
+constexpr int kThreads = 256;  // 8 warps: warp w owns token rows [16 (w % 4), +16) and column half w / 4
+
+template <int KT>
+struct BackwardSmem {
+  static constexpr size_t kTile = size_t(kC) * kLd64 * 2, kKTile = size_t(kC) * (KT + 8) * 2;
+  static constexpr size_t kQ = 0;                  // bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;             // bf16 [64][KT + 8]
+  static constexpr size_t kAhi = 2 * kKTile;       // bf16 [64][kLd64]: Ainv, high part
+  static constexpr size_t kAlo = kAhi + kTile;     // bf16 [64][kLd64]: Ainv, low part
+  static constexpr size_t kdP = kAlo + kTile;      // bf16 [64][kLd64]: dP
+  static constexpr size_t kAv = kdP + kTile;       // bf16 [64][kLd64]: tril(beta_i (dU @ V^T), -1)
+  static constexpr size_t kR = kAv + kTile;        // the region below, reused by phase
+  // Phase 1, the solve: f32 M and X [64][kLdF], the block scratch.
+  static constexpr size_t kM = kR, kX = kM + size_t(kC) * kLdF * 4, kT = kX + size_t(kC) * kLdF * 4;
+  static constexpr size_t kSolveEnd = kT + size_t(kSolveScratch) * 4;
+  // Phase 2, the V tiles: bf16 dO, U, dU, V [64][kLd64], S_c and D_c [KT][kLd64].
+  static constexpr size_t kDO = kR, kU = kDO + kTile, kdU = kU + kTile, kV = kdU + kTile, kS = kV + kTile;
+  static constexpr size_t kD = kS + size_t(KT) * kLd64 * 2, kVEnd = kD + size_t(KT) * kLd64 * 2;
+  // Phase 3, after the V tiles: bf16 dW [64][KT + 8], dA (then R) and T1 [64][kLd64].
+  static constexpr size_t kdW = kR, kdA = kdW + kKTile, kT1 = kdA + kTile, kPostEnd = kT1 + kTile;
+  static constexpr size_t kVec = std::max({kSolveEnd, kVEnd, kPostEnd});
+  // f32 [64] each: G, gam, kd, beta, beta gam; [2][64] row partials of dG and dbeta per column half;
+  // [4][64] column sums of Z per row block; 8 block-sum slots.
+  static constexpr size_t kBytes = kVec + (5 * kC + 4 * kC + 4 * kC + 8) * 4;
+};
+
+struct BackwardArgs {
+  const bf16x *q, *k;      // (B, T, H, K)
+  const bf16x *v, *dout;   // (B, T, HV, V)
+  const bf16x *U, *dU;     // (B, HV, NC, 64, V)
+  const bf16x *S, *D;      // (B, HV, NC, K, V): S_c, D_c
+  const float *g, *beta;   // (B, T, HV)
+  bf16x *dq, *dk;          // (B, T, H, K) when HV == H (else null)
+  float *dq_heads, *dk_heads;  // (B, HV, NC, 64, K) per value head when HV > H (else null)
+  bf16x* dv;               // (B, T, HV, V) or null
+  float *dbeta, *dg;       // (B, T, HV) or null
+  float scale;
+};
+
+// dQ or dK rows of the warp (K columns k0 ..) to the output: bf16 (B, T, H, K) at the q/k head, or the
+// per-value-head fp32 chunk scratch.
+template <int NTK>
+__device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf16x* out, float* out_heads,
+                                              int64_t qk_off, int64_t z, int t0, int m0, int k0, int lane,
+                                              const Dims& d) {
+#pragma unroll
+  for (int ni = 0; ni < NTK; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = m0 + frag_row(lane, e), col = k0 + ni * 8 + frag_col(lane, e);
+      if (col >= d.K) continue;
+      if (out && t0 + r < d.T)
+        *reinterpret_cast<uint32_t*>(out + qk_off + int64_t(t0 + r) * d.H * d.K + col) =
+            pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
+      if (out_heads)
+        *reinterpret_cast<float2*>(out_heads + (z * kC + r) * d.K + col) = make_float2(acc[0][ni][e], acc[0][ni][e + 1]);
+    }
+}
+
+// Grid (NC, B HV), kThreads; smem BackwardSmem<KT> (102 KiB at KT = 64: two blocks per SM). With S = S_c,
+// D = D_c, U, dU of the chunk (4.4 stages 2, 3):
+//   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
+//          rowdot(V, X2));  pass 2: dO @ S^T, U @ D^T, dU @ S^T, <S, D>;
+//   then dQ = scale gam .* (dO @ S^T) + dP @ K, dK1 = kd .* (U @ D^T) + dP^T @ Q, dW = -dU @ S^T,
+//   dA = tril(beta_i (dU @ V^T) + beta_i gam_i (dW @ K^T), -1), X1 = Ainv^T @ dW, T1 = Ainv^T @ dA,
+//   dM = tril(-T1 @ Ainv^T, -1), R = beta .* (dM .* L), dK = dK1 + beta gam .* X1 + R @ K + R^T @ K,
+//   dbeta = gam .* rowdot(K, X1) + rowdot(V, X2) + rowsum(dM .* L .* (K @ K^T)),
+//   dG = rowdot(dQ, Q) - rowdot(dK1, K) + beta gam .* rowdot(K, X1) + rowsum(Z) - colsum(Z) with
+//   Z = dM .* M, plus <S_{c+1}, D> on the last row = gam_n <S, D> + sum rowdot(kd .* (U @ D^T), K).
+// Warp w: rows [16 (w % 4), +16); columns [32 (w / 4), +32) of the 64-wide products and [(w / 4) KT / 2,
+// +KT / 2) of the K-wide ones. Ainv is recomputed in fp32 (4.5) and used as bf16 high + low parts.
+template <int KT>
+__global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(BackwardArgs a, Dims d) {
+  using L = BackwardSmem<KT>;
+  constexpr int NTK = KT / 16, LDK = KT + 8;  // K-wide products: KT / 2 columns (NTK n-tiles) per warp
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto tile = [&](size_t off) { return reinterpret_cast<bf16x*>(smem + off); };
+  bf16x *sQ = tile(L::kQ), *sK = tile(L::kK), *sAhi = tile(L::kAhi), *sAlo = tile(L::kAlo), *sdP = tile(L::kdP),
+        *sAv = tile(L::kAv);
+  bf16x *sDO = tile(L::kDO), *sU = tile(L::kU), *sdU = tile(L::kdU), *sV = tile(L::kV), *sS = tile(L::kS),
+        *sD = tile(L::kD);
+  bf16x *sdW = tile(L::kdW), *sdA = tile(L::kdA), *sT1 = tile(L::kT1);
+  float* sM = reinterpret_cast<float*>(smem + L::kM);
+  float* sX = reinterpret_cast<float*>(smem + L::kX);
+  float* sT = reinterpret_cast<float*>(smem + L::kT);
+  float* sG = reinterpret_cast<float*>(smem + L::kVec);
+  float *sGam = sG + kC, *sKd = sGam + kC, *sBeta = sKd + kC, *sBg = sBeta + kC;
+  float* sRowG = sBg + kC;       // [2][64]
+  float* sRowB = sRowG + 2 * kC; // [2][64]
+  float* sColZ = sRowB + 2 * kC; // [4][64]
+  float* sRed = sColZ + 4 * kC;  // [8]
+
+  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
+  const int n = min(kC, d.T - t0);  // valid tokens of the chunk
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4), k0 = (warp / 4) * (KT / 2);
+  const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
+  const int64_t v_off = (int64_t(b) * d.T * d.HV + j) * d.V, v_row = int64_t(d.HV) * d.V;
+  const int64_t z = int64_t(bh) * d.NC + c, gate_off = int64_t(b) * d.T * d.HV + j;
+  const bf16x *Uc = a.U + z * kC * d.V, *dUc = a.dU + z * kC * d.V;
+  const bf16x *Sc = a.S + z * d.K * d.V, *Dc = a.D + z * d.K * d.V;
+
+  if (warp == 0) chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, sGam, sKd, sBeta, sBg, lane);
+  load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  __syncthreads();
+  {  // M[r, i] = beta_r exp(G_r - G_i) (k_r . k_i) for i < r, then Ainv in fp32, split
+    float kk[1][4][4];
+    zero(kk);
+    warp_mma<1, 4, KT, false, true>(kk, sK, LDK, m0, sK, LDK, n0, lane);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+        sM[r * kLdF + i] = i < r ? sBeta[r] * __expf(fminf(sG[r] - sG[i], 0.f)) * kk[0][ni][e] : 0.f;
+      }
+  }
+  __syncthreads();
+  unit_lower_inverse<kThreads>(sM, sX, sT);
+  for (int e = tid; e < kC * kC; e += kThreads)
+    split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
+  __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
+
+  const int VN = (d.V + 63) / 64;
+  auto load_vtiles = [&](int v0, bool pass1) {
+    const int cols = d.V - v0;
+    load_rows<kC, 64, kThreads>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols, nullptr);
+    load_rows<kC, 64, kThreads>(sU, Uc + v0, d.V, 0, kC, cols, nullptr);
+    load_rows<kC, 64, kThreads>(sdU, dUc + v0, d.V, 0, kC, cols, nullptr);
+    if (pass1) load_rows<kC, 64, kThreads>(sV, a.v + v_off + v0, v_row, t0, d.T, cols, nullptr);
+    if (!pass1 || VN == 1) {
+      load_rows<KT, 64, kThreads>(sS, Sc + v0, d.V, 0, d.K, cols, nullptr);
+      load_rows<KT, 64, kThreads>(sD, Dc + v0, d.V, 0, d.K, cols, nullptr);
+    }
+  };
+  float rowB[2] = {0.f, 0.f}, rowG[2] = {0.f, 0.f};  // this warp's parts of dbeta, dG for rows r0, r0 + 8
+  // Pass 1: dP, dU @ V^T, X2.
+  float accP[1][4][4], accAv[1][4][4];
+  zero(accP);
+  zero(accAv);
+  for (int v0 = 0; v0 < d.V; v0 += 64) {
+    if (v0) __syncthreads();  // every warp is done with the previous tiles
+    load_vtiles(v0, true);
+    __syncthreads();
+    warp_mma<1, 4, kC, false, true>(accP, sDO, kLd64, m0, sU, kLd64, n0, lane);
+    warp_mma<1, 4, kC, false, true>(accAv, sdU, kLd64, m0, sV, kLd64, n0, lane);
+    float x2[1][4][4];
+    zero(x2);
+    warp_mma<1, 4, kC, true, false>(x2, sAhi, kLd64, m0, sdU, kLd64, n0, lane);
+    warp_mma<1, 4, kC, true, false>(x2, sAlo, kLd64, m0, sdU, kLd64, n0, lane);
+    float rd[2];
+    rowdot<4>(rd, x2, sV + n0, kLd64, m0, lane);
+    rowB[0] += rd[0], rowB[1] += rd[1];
+    if (a.dv) {
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r = m0 + frag_row(lane, e), col = v0 + n0 + ni * 8 + frag_col(lane, e);
+          if (t0 + r < d.T && col < d.V)
+            *reinterpret_cast<uint32_t*>(a.dv + v_off + int64_t(t0 + r) * v_row + col) =
+                pack_bf16(sBeta[r] * x2[0][ni][e], sBeta[r] * x2[0][ni][e + 1]);
+        }
+    }
+  }
+  store_masked(sdP, kLd64, accP, sG, a.scale, m0, n0, lane);  // dP = scale (dO @ U^T) .* L
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // the V part of dA, parked in shared memory to free registers for pass 2
+      const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+      const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] : 0.f, x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] : 0.f;
+      *reinterpret_cast<uint32_t*>(sAv + r * kLd64 + i) = pack_bf16(x0, x1);
+    }
+
+  // Pass 2: dO @ S^T, U @ D^T, dU @ S^T and <S, D>.
+  float accQ[1][NTK][4], accK[1][NTK][4], accW[1][NTK][4];
+  zero(accQ);
+  zero(accK);
+  zero(accW);
+  float inner = 0.f;  // this thread's part of <S_{c+1}, D_c>
+  for (int v0 = 0; v0 < d.V; v0 += 64) {
+    if (VN > 1) {
+      __syncthreads();
+      load_vtiles(v0, false);
+      __syncthreads();
+    }
+    warp_mma<1, NTK, kC, false, true>(accQ, sDO, kLd64, m0, sS, kLd64, k0, lane);
+    warp_mma<1, NTK, kC, false, true>(accK, sU, kLd64, m0, sD, kLd64, k0, lane);
+    warp_mma<1, NTK, kC, false, true>(accW, sdU, kLd64, m0, sS, kLd64, k0, lane);
+    if (a.dg)
+      for (int x = tid; x < KT * 32; x += kThreads) {  // bf16 pairs of the S and D tiles
+        const int r = x / 32, c2 = (x % 32) * 2;
+        const float2 s2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sS + r * kLd64 + c2));
+        const float2 d2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sD + r * kLd64 + c2));
+        inner += s2.x * d2.x + s2.y * d2.y;
+      }
+  }
+  inner *= sGam[n - 1];  // gam_n <S_c, D_c>
+  __syncthreads();       // dP complete; every warp is done with the V tiles (their space becomes dW, dA, T1)
+
+#pragma unroll
+  for (int ni = 0; ni < NTK; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // dW = -dU @ S^T
+      const int r = m0 + frag_row(lane, e), col = k0 + ni * 8 + frag_col(lane, e);
+      *reinterpret_cast<uint32_t*>(sdW + r * LDK + col) = pack_bf16(-accW[0][ni][e], -accW[0][ni][e + 1]);
+    }
+  {  // dQ = scale gam .* (dO @ S^T) + dP @ K
+#pragma unroll
+    for (int ni = 0; ni < NTK; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) accQ[0][ni][e] *= a.scale * sGam[m0 + frag_row(lane, e)];
+    warp_mma<1, NTK, kC, false, false>(accQ, sdP, kLd64, m0, sK, LDK, k0, lane);
+    float rd[2];
+    rowdot<NTK>(rd, accQ, sQ + k0, LDK, m0, lane);
+    rowG[0] += rd[0], rowG[1] += rd[1];
+    store_qk_grad(accQ, a.dq, a.dq_heads, qk_off, z, t0, m0, k0, lane, d);
+  }
+  // dK1 = kd .* (U @ D^T) + dP^T @ Q; sum rowdot(kd .* (U @ D^T), K) is the rest of <S_{c+1}, D_c>.
+#pragma unroll
+  for (int ni = 0; ni < NTK; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) accK[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
+  {
+    float rd[2];
+    rowdot<NTK>(rd, accK, sK + k0, LDK, m0, lane);
+    if (lane % 4 == 0) inner += rd[0] + rd[1];
+  }
+  warp_mma<1, NTK, kC, true, false>(accK, sdP, kLd64, m0, sQ, LDK, k0, lane);
+  {
+    float rd[2];
+    rowdot<NTK>(rd, accK, sK + k0, LDK, m0, lane);
+    rowG[0] -= rd[0], rowG[1] -= rd[1];
+  }
+  __syncthreads();  // dW complete
+
+  {  // dA = tril(beta_i (dU @ V^T) + beta_i gam_i (dW @ K^T), -1)
+    float t[1][4][4];
+    zero(t);
+    warp_mma<1, 4, KT, false, true>(t, sdW, LDK, m0, sK, LDK, n0, lane);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sAv + r * kLd64 + i));
+        const float x0 = i < r ? v.x + sBg[i] * t[0][ni][e] : 0.f;
+        const float x1 = i + 1 < r ? v.y + sBg[i + 1] * t[0][ni][e + 1] : 0.f;
+        *reinterpret_cast<uint32_t*>(sdA + r * kLd64 + i) = pack_bf16(x0, x1);
+      }
+  }
+  {  // X1 = Ainv^T @ dW: dK += beta gam .* X1; rowdot(K, X1) feeds dbeta (gam) and dG (beta gam)
+    float x1[1][NTK][4];
+    zero(x1);
+    warp_mma<1, NTK, kC, true, false>(x1, sAhi, kLd64, m0, sdW, LDK, k0, lane);
+    warp_mma<1, NTK, kC, true, false>(x1, sAlo, kLd64, m0, sdW, LDK, k0, lane);
+    float rd[2];
+    rowdot<NTK>(rd, x1, sK + k0, LDK, m0, lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + lane / 4 + 8 * h;
+      rowB[h] += sGam[r] * rd[h];
+      rowG[h] += sBg[r] * rd[h];
+    }
+#pragma unroll
+    for (int ni = 0; ni < NTK; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) accK[0][ni][e] += sBg[m0 + frag_row(lane, e)] * x1[0][ni][e];
+  }
+  __syncthreads();  // dA complete
+  {  // T1 = Ainv^T @ dA
+    float t1[1][4][4];
+    zero(t1);
+    warp_mma<1, 4, kC, true, false>(t1, sAhi, kLd64, m0, sdA, kLd64, n0, lane);
+    warp_mma<1, 4, kC, true, false>(t1, sAlo, kLd64, m0, sdA, kLd64, n0, lane);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+        *reinterpret_cast<uint32_t*>(sT1 + r * kLd64 + i) = pack_bf16(t1[0][ni][e], t1[0][ni][e + 1]);
+      }
+  }
+  __syncthreads();  // T1 complete; dA is consumed (its space becomes R)
+  {  // dM = -T1 @ Ainv^T on i < r < n; R = beta .* dM .* L; the dM terms of dbeta and dG
+    float dm[1][4][4], kk[1][4][4];
+    zero(dm);
+    zero(kk);
+    warp_mma<1, 4, kC, false, true>(dm, sT1, kLd64, m0, sAhi, kLd64, n0, lane);
+    warp_mma<1, 4, kC, false, true>(dm, sT1, kLd64, m0, sAlo, kLd64, n0, lane);
+    warp_mma<1, 4, KT, false, true>(kk, sK, LDK, m0, sK, LDK, n0, lane);
+    float rb[2] = {0.f, 0.f}, rg[2] = {0.f, 0.f}, colz[4][2];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+        const float w = i < r && r < n ? -dm[0][ni][e] * __expf(fminf(sG[r] - sG[i], 0.f)) : 0.f;  // dM .* L
+        dm[0][ni][e] = sBeta[r] * w;                                                              // R
+        const float zz = dm[0][ni][e] * kk[0][ni][e];                                             // (dM .* M)
+        rb[e / 2] += w * kk[0][ni][e];
+        rg[e / 2] += zz;
+        if (e < 2) colz[ni][e] = zz;
+        else colz[ni][e - 2] += zz;
+      }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
+        *reinterpret_cast<uint32_t*>(sdA + r * kLd64 + i) = pack_bf16(dm[0][ni][e], dm[0][ni][e + 1]);
+      }
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // column sums over the warp's 16 rows: lanes with equal lane % 4
+        float v = colz[ni][q];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (lane < 4) sColZ[(warp % 4) * kC + n0 + ni * 8 + lane * 2 + q] = v;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // quad sums of the elementwise parts
+      rb[h] += __shfl_xor_sync(0xffffffffu, rb[h], 1);
+      rb[h] += __shfl_xor_sync(0xffffffffu, rb[h], 2);
+      rg[h] += __shfl_xor_sync(0xffffffffu, rg[h], 1);
+      rg[h] += __shfl_xor_sync(0xffffffffu, rg[h], 2);
+      rowB[h] += rb[h];
+      rowG[h] += rg[h];
+    }
+  }
+  __syncthreads();  // R complete
+  warp_mma<1, NTK, kC, false, false>(accK, sdA, kLd64, m0, sK, LDK, k0, lane);  // + R @ K
+  warp_mma<1, NTK, kC, true, false>(accK, sdA, kLd64, m0, sK, LDK, k0, lane);   // + R^T @ K
+  store_qk_grad(accK, a.dk, a.dk_heads, qk_off, z, t0, m0, k0, lane, d);
+
+  if (lane % 4 == 0) {
+    const int r0 = m0 + lane / 4, s = warp / 4;
+    sRowG[s * kC + r0] = rowG[0], sRowG[s * kC + r0 + 8] = rowG[1];
+    sRowB[s * kC + r0] = rowB[0], sRowB[s * kC + r0 + 8] = rowB[1];
+  }
+  const float inner_sum = a.dg ? block_sum<kThreads / 32>(inner, sRed) : 0.f;  // + barriers
+  if (!a.dg) __syncthreads();
+  if (warp != 0) return;
+  if (a.dbeta)
+    for (int r = lane; r < n; r += 32) a.dbeta[gate_off + int64_t(t0 + r) * d.HV] = sRowB[r] + sRowB[kC + r];
+  if (a.dg) {  // reverse cumsum over the valid rows: lane l holds rows 63 - 2l and 62 - 2l
+    auto dG = [&](int r) {
+      if (r >= n) return 0.f;
+      const float zc = sColZ[r] + sColZ[kC + r] + sColZ[2 * kC + r] + sColZ[3 * kC + r];
+      return sRowG[r] + sRowG[kC + r] - zc + (r == n - 1 ? inner_sum : 0.f);
+    };
+    const int ra = kC - 1 - 2 * lane, rb = ra - 1;
+    const float xa = dG(ra), xb = dG(rb);
+    float s = xa + xb;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += u;
+    }
+    // s = sum of rows >= rb; row ra's suffix excludes row rb.
+    if (ra < n) a.dg[gate_off + int64_t(t0 + ra) * d.HV] = s - xb;
+    if (rb < n) a.dg[gate_off + int64_t(t0 + rb) * d.HV] = s;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Launchers.
+
+size_t backward_smem_max(int K) {
+  size_t need = 0;
+  visit_kt(K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    need = std::max({ScanSmem<KT, 16>::kBytes, ScanSmem<KT, 32>::kBytes, ScanSmem<KT, 64>::kBytes,
+                     BackwardSmem<KT>::kBytes});
+  });
+  return need;
+}
+
+}  // namespace gdn
+
+GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const Tensor& dout0, const Tensor& dfinal0,
+                                                GradMask needed) {
+  const GatedDeltaDims gd = gated_delta_rule_dims("gated_delta_rule_backward", sv.q, sv.k, sv.v, sv.beta, sv.g, sv.S0);
+  const Tensor q = chunk_mma::rows16(sv.q), k = chunk_mma::rows16(sv.k), v = chunk_mma::rows16(sv.v);
+  const Tensor dout = chunk_mma::rows16(dout0);
+  const Tensor beta = sv.beta.contiguous(), g = sv.g.contiguous();
+  const Tensor S0 = sv.S0.defined() ? sv.S0.contiguous() : Tensor();
+  const Tensor dfinal = dfinal0.defined() ? dfinal0.contiguous() : Tensor();
+  const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(gd.K));
+  const Device dev = q.device();
+  const gdn::Dims d = gdn::dims_of(gd);
+  cudaStream_t stream = current_stream(dev.index);
+  GatedDeltaGrads out;
+  if (needed[0]) out.dq = Tensor::empty(q.shape(), DType::bf16, dev);
+  if (needed[1]) out.dk = Tensor::empty(k.shape(), DType::bf16, dev);
+  if (needed[2]) out.dv = Tensor::empty(v.shape(), DType::bf16, dev);
+  if (needed[3]) out.dbeta = Tensor::empty(beta.shape(), DType::f32, dev);
+  if (needed[4]) out.dg = Tensor::empty(g.shape(), DType::f32, dev);
+  if (needed[5] && S0.defined()) out.dS0 = Tensor::empty(S0.shape(), DType::f32, dev);
+  const bool stage23 = needed[0] || needed[1] || needed[2] || needed[3] || needed[4];
+  if (!stage23 && !out.dS0.defined()) return out;
+
+  // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
+  const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
+  const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
+  const int vs = gdn::scan_columns(d, dev.index);
+  gdn::visit_kt(d.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    gdn::visit_vs(vs, [&](auto vt) {
+      constexpr int VS = decltype(vt)::value;
+      const size_t smem = gdn::ScanSmem<KT, VS>::kBytes;
+      gdn::set_smem(gdn::scan_kernel<KT, VS>, smem);
+      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
+      const gdn::ScanArgs a{gdn::bp(q),
+                            gdn::bp(k),
+                            gdn::bp(w.W),
+                            gdn::bp(dout),
+                            g.data<float>(),
+                            dfinal.defined() ? dfinal.data<float>() : nullptr,
+                            gdn::bp_mut(dU),
+                            gdn::bp_mut(D),
+                            out.dS0.defined() ? out.dS0.data<float>() : nullptr,
+                            float(scale)};
+      gdn::scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward scan_kernel", grid, gdn::kScanThreads, smem);
+    });
+  });
+  if (!stage23) return out;
+
+  // Shared q/k heads: per-value-head dQ, dK in fp32 chunk scratch, summed per q/k head afterwards.
+  const bool grouped = d.hpg > 1;
+  const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.HV, dev);
+  ChunkBuffer dq_heads, dk_heads;
+  if (grouped && needed[0]) dq_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
+  if (grouped && needed[1]) dk_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
+  gdn::BackwardArgs a{gdn::bp(q),
+                      gdn::bp(k),
+                      gdn::bp(v),
+                      gdn::bp(dout),
+                      gdn::bp(w.U),
+                      gdn::bp(dU),
+                      gdn::bp(w.S),
+                      gdn::bp(D),
+                      g.data<float>(),
+                      beta.data<float>(),
+                      grouped ? nullptr : gdn::bp_mut(out.dq),
+                      grouped ? nullptr : gdn::bp_mut(out.dk),
+                      dq_heads.t.defined() ? dq_heads.data() : nullptr,
+                      dk_heads.t.defined() ? dk_heads.data() : nullptr,
+                      gdn::bp_mut(out.dv),
+                      out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
+                      out.dg.defined() ? out.dg.data<float>() : nullptr,
+                      float(scale)};
+  gdn::visit_kt(d.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    const size_t smem = gdn::BackwardSmem<KT>::kBytes;
+    gdn::set_smem(gdn::backward_kernel<KT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
+    gdn::backward_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_kernel", grid, gdn::kThreads, smem);
+  });
+  if (dq_heads.t.defined()) chunk_to_tokens(out.dq, dq_heads, d.hpg, nullptr, 1.f, cd);
+  if (dk_heads.t.defined()) chunk_to_tokens(out.dk, dk_heads, d.hpg, nullptr, 1.f, cd);
+  return out;
+}
+
+}  // namespace hyb

@@ -1,0 +1,207 @@
+// Pieces of the fused bf16 CUDA path of the gated delta rule (gated_deltanet.md 4) that the forward
+// (gated_delta_rule_forward.cu) and the backward (gated_delta_rule_backward.cu) share: the sizes, the
+// chunk gates and the fp32 triangular solve as device functions, and the forward's first two steps
+// (prepare W and U0, the inter-chunk scan), which the backward re-runs for the chunk-start states.
+// Scratch layouts: chunk matrices (B, HV, NC, 64, width) bf16 with rows = the chunk's tokens (padded
+// rows hold exact zeros); state snapshots (B, HV, NC, K, V) bf16, slot c = the state at the start of
+// chunk c (backward: D_c, the gradient at the end of chunk c).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+
+#include "kernels/chunk_mma.cuh"
+#include "layers/gated_deltanet/gated_delta_rule_op.h"
+
+namespace hyb::gdn {
+
+using chunk_mma::bf16x;
+using chunk_mma::kC;
+
+constexpr int kLd64 = kC + 8;  // row stride of the 64-wide bf16 tiles
+constexpr int kLdF = kC + 4;   // row stride of the 64 x 64 fp32 tiles of the solve
+constexpr int kSolveScratch = 3 * 16 * 17;  // floats of unit_lower_inverse's block scratch
+
+struct Dims {
+  int B, T, H, HV, hpg, K, V, NC;  // hpg = HV / H: value head j reads q and k of head j / hpg
+};
+inline Dims dims_of(const GatedDeltaDims& g) {
+  return {int(g.B), int(g.T), int(g.H), int(g.HV), int(g.v_per_qk), int(g.K), int(g.V), int((g.T + kC - 1) / kC)};
+}
+
+// One warp: the gates of the chunk starting at token t0 of (b, value head j) into shared memory, lane
+// l handling tokens 2l and 2l + 1: sG the chunk-local cumsum of g (padded tokens add 0), sGam =
+// exp(G), sKd = exp(min(Glast - G, 0)), sBeta = beta (0 on padded tokens), sBg = beta exp(G); a null
+// output is skipped. g and beta (B, T, HV) f32 point at (b, 0, j).
+__device__ __forceinline__ void chunk_gates(const float* g, const float* beta, int HV, int t0, int T, float* sG,
+                                            float* sGam, float* sKd, float* sBeta, float* sBg, int lane) {
+  const int t = t0 + 2 * lane, n = min(kC, T - t0);
+  const float x0 = t < T ? g[int64_t(t) * HV] : 0.f, x1 = t + 1 < T ? g[int64_t(t + 1) * HV] : 0.f;
+  const chunk_mma::PairCumsum p = chunk_mma::chunk_cumsum(x0, x1, n, lane);
+  const int r = 2 * lane;
+  if (sG) sG[r] = p.G0, sG[r + 1] = p.G1;
+  if (sGam) sGam[r] = __expf(p.G0), sGam[r + 1] = __expf(p.G1);
+  if (sKd) sKd[r] = __expf(fminf(p.last - p.G0, 0.f)), sKd[r + 1] = __expf(fminf(p.last - p.G1, 0.f));
+  if (sBeta || sBg) {
+    const float b0 = t < T ? beta[int64_t(t) * HV] : 0.f, b1 = t + 1 < T ? beta[int64_t(t + 1) * HV] : 0.f;
+    if (sBeta) sBeta[r] = b0, sBeta[r + 1] = b1;
+    if (sBg) sBg[r] = b0 * __expf(p.G0), sBg[r + 1] = b1 * __expf(p.G1);
+  }
+}
+
+// sX = (I + sM)^-1 for a strictly lower triangular 64 x 64 sM, both fp32 [64][kLdF] in shared memory,
+// in fp32 (gated_deltanet.md 4.3 F2, 4.6 item 3): the four 16 x 16 diagonal blocks by forward
+// substitution (warp a < 4 inverts block a, lane j < 16 owning column j in registers), then one
+// sub-diagonal of blocks at a time, X_ab = -X_aa sum_{c=b}^{a-1} M_ac X_cb, which is exact block
+// forward substitution. The blocks above the diagonal are written as zeros. sT: kSolveScratch floats.
+// The caller synchronises after writing sM; this returns after a barrier, with sX complete.
+template <int NTHREADS>
+__device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
+  static_assert(NTHREADS >= 128, "the diagonal blocks take four warps");
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (warp < 4 && lane < 16) {
+    const int a = warp, j = lane;
+    const float* Ma = sM + 16 * a * kLdF + 16 * a;
+    float x[16];  // column j of X_aa: x_r = -sum_{i<r} M_ri x_i below the unit diagonal; x_i = 0 for i < j
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float acc = 0.f;
+#pragma unroll
+      for (int i = 0; i < r; ++i) acc += Ma[r * kLdF + i] * x[i];
+      x[r] = r == j ? 1.f : r < j ? 0.f : -acc;
+    }
+    float* Xa = sX + 16 * a * kLdF;
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      Xa[r * kLdF + 16 * a + j] = x[r];
+      for (int b = a + 1; b < 4; ++b) Xa[r * kLdF + 16 * b + j] = 0.f;
+    }
+  }
+  __syncthreads();
+  for (int dist = 1; dist < 4; ++dist) {
+    const int blocks = 4 - dist;  // (a, a - dist) for a = dist .. 3
+    for (int e = tid; e < blocks * 256; e += NTHREADS) {  // sT[blk] = sum_{c=b}^{a-1} M_ac X_cb
+      const int blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
+      float acc = 0.f;
+      for (int c = b; c < a; ++c)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc += sM[(16 * a + rr) * kLdF + 16 * c + i] * sX[(16 * c + i) * kLdF + 16 * b + cc];
+      sT[(blk * 16 + rr) * 17 + cc] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < blocks * 256; e += NTHREADS) {  // X_ab = -X_aa sT[blk]
+      const int blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
+      float acc = 0.f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc += sX[(16 * a + rr) * kLdF + 16 * a + i] * sT[(blk * 16 + i) * 17 + cc];
+      sX[(16 * a + rr) * kLdF + 16 * b + cc] = -acc;
+    }
+    __syncthreads();
+  }
+}
+
+// x as a bf16 high part and the bf16 rounding of the rest: hi + lo carries about 16 mantissa bits, so a
+// product with both parts keeps the fp32 solve's accuracy where a single bf16 operand would not.
+__device__ __forceinline__ void split_bf16(float x, bf16x& hi, bf16x& lo) {
+  hi = __float2bfloat16_rn(x);
+  lo = __float2bfloat16_rn(x - __bfloat162float(hi));
+}
+
+// The warp's fp32 state fragments (m-tiles from row m0, NT n-tiles) to a bf16 [rows][8 NT + 8] tile.
+template <int MT, int NT>
+__device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][4], int m0, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = ni * 8 + chunk_mma::frag_col(lane, e);
+        *reinterpret_cast<uint32_t*>(s + r * (NT * 8 + 8) + col) =
+            chunk_mma::pack_bf16(st[mi][ni][e], st[mi][ni][e + 1]);
+      }
+}
+
+// The warp's fp32 state fragments (m-tiles from row m0) from, or to, columns v0 .. of an fp32 (K, V)
+// state; rows >= K and columns >= V read as zero and are not written. A null src reads zeros.
+template <int MT, int NT>
+__device__ __forceinline__ void load_state_fragments(float (&st)[MT][NT][4], const float* src, int K, int V, int v0,
+                                                     int m0, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = v0 + ni * 8 + chunk_mma::frag_col(lane, e);
+        // V % 8 == 0: col + 1 < V as well
+        const float2 x = src && r < K && col < V ? *reinterpret_cast<const float2*>(src + int64_t(r) * V + col)
+                                                 : make_float2(0.f, 0.f);
+        st[mi][ni][e] = x.x, st[mi][ni][e + 1] = x.y;
+      }
+}
+template <int MT, int NT>
+__device__ __forceinline__ void store_state_fragments(const float (&st)[MT][NT][4], float* dst, int K, int V, int v0,
+                                                      int m0, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = v0 + ni * 8 + chunk_mma::frag_col(lane, e);
+        if (r < K && col < V)
+          *reinterpret_cast<float2*>(dst + int64_t(r) * V + col) = make_float2(st[mi][ni][e], st[mi][ni][e + 1]);
+      }
+}
+
+// A bf16 [ROWS][WIDTH + 8] tile to rows < rows_valid, columns < cols_valid of a row-major bf16 matrix
+// (row stride ld), in 16-byte pieces; cols_valid % 8 == 0. The snapshot writes of the scans.
+template <int ROWS, int WIDTH, int NTHREADS>
+__device__ __forceinline__ void store_tile(bf16x* dst, int64_t ld, const bf16x* s, int rows_valid, int cols_valid) {
+  constexpr int kVec = WIDTH / 8;
+  for (int x = threadIdx.x; x < ROWS * kVec; x += NTHREADS) {
+    const int r = x / kVec, c8 = (x % kVec) * 8;
+    if (r < rows_valid && c8 < cols_valid)
+      *reinterpret_cast<uint4*>(dst + r * ld + c8) = *reinterpret_cast<const uint4*>(s + r * (WIDTH + 8) + c8);
+  }
+}
+
+// Calls f with the padded K width KT.
+template <typename F>
+void visit_kt(int K, F&& f) {
+  if (K <= 64) return f(std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{});
+}
+
+// Calls f with a scan's column tile VS (scan_columns).
+template <typename F>
+void visit_vs(int vs, F&& f) {
+  if (vs == 16) return f(std::integral_constant<int, 16>{});
+  if (vs == 32) return f(std::integral_constant<int, 32>{});
+  return f(std::integral_constant<int, 64>{});
+}
+
+// What the prepare kernel and the forward scan leave for the output kernel and the backward.
+struct WyScratch {
+  Tensor W;  // (B, HV, NC, 64, K) bf16: Ainv @ (beta gam .* K)
+  Tensor U;  // (B, HV, NC, 64, V) bf16: Ainv @ (beta .* V) = U0, replaced in place by U = U0 - W @ S_c
+  Tensor S;  // (B, HV, NC, K, V) bf16: S_c
+};
+
+// F2 and F3 (gated_deltanet.md 4.3) on bf16 q, k, v (16-byte aligned rows) and f32 g, beta, S0:
+// W, U and the chunk-start states, the final state into final_state when it is defined (f32
+// (B, HV, K, V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
+WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
+                 const Tensor& final_state, const Dims& d, cudaStream_t stream);
+
+// V columns per block of the sequential scans: 64 when that gives a wave of blocks, else 32 or 16,
+// since the chunk recurrence is the critical path and narrower column tiles run more of it at once.
+int scan_columns(const Dims& d, int device);
+
+// The largest shared memory of the forward's and of the backward's kernels at this K, over every
+// column tile of the scans, for gated_delta_rule_fused_supported.
+size_t forward_smem_max(int K);
+size_t backward_smem_max(int K);
+
+}  // namespace hyb::gdn
