@@ -34,7 +34,6 @@ using chunk_mma::load_rows;
 using chunk_mma::pack_bf16;
 using chunk_mma::rowdot;
 using chunk_mma::set_smem;
-using chunk_mma::smem_u32;
 using chunk_mma::store_masked;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
@@ -106,11 +105,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
     flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
                                                  a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
                                                  int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
-    if (tid < kC) {
-      const int t = c * kC + tid;
-      flash::cp_async4(smem_u32(reinterpret_cast<float*>(buf(p, L::kGraw)) + tid), t < d.T ? gb + int64_t(t) * d.HV : gb,
-                       t < d.T);
-    }
+    copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
 
@@ -134,9 +129,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
     *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
     __syncwarp();
-    float kd[2];  // rows m0 + lane / 4 and + 8
-#pragma unroll
-    for (int h = 0; h < 2; ++h) kd[h] = __expf(fminf(gc.last - sG[m0 + lane / 4 + 8 * h], 0.f));
+    float kd[2];
+    row_kd(gc, m0, lane, kd);
     {
       float pp[1][kC / 8][4];
       zero(pp);
@@ -177,13 +171,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
       }
     __syncthreads();  // -dU complete; every warp is done reading D_c
 
-    const float gam_n = __expf(gc.last);
-#pragma unroll
-    for (int mi = 0; mi < MT2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) D[mi][ni][e] *= gam_n;
+    scale_all(D, __expf(gc.last));  // gam_n
     warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
     warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, 0, lane);
     store_state(sD, D, m2, lane);
@@ -301,20 +289,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
   load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
   load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
   __syncthreads();
-  {  // M[r, i] = beta_r exp(G_r - G_i) (k_r . k_i) for i < r, then Ainv in fp32, split
-    float kk[1][4][4];
-    zero(kk);
-    warp_mma<1, 4, KT, false, true>(kk, sK, LDK, m0, sK, LDK, n0, lane);
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
-        sM[r * kLdF + i] = i < r ? sBeta[r] * __expf(fminf(sG[r] - sG[i], 0.f)) * kk[0][ni][e] : 0.f;
-      }
-  }
-  __syncthreads();
-  unit_lower_inverse<kThreads>(sM, sX, sT);
+  chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
   for (int e = tid; e < kC * kC; e += kThreads)
     split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles

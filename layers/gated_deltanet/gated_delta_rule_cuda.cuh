@@ -100,6 +100,58 @@ __device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
   }
 }
 
+// cp.async of the log decays g of the 64 tokens from t0 into s (zeros past T), by threads 0 .. 63;
+// gb is g (B, T, HV) at (b, 0, j). A scan prefetches them with the next chunk's tiles.
+__device__ __forceinline__ void copy_chunk_gates(float* s, const float* gb, int t0, int T, int HV, int tid) {
+  if (tid >= kC) return;
+  const int t = t0 + tid;
+  flash::cp_async4(chunk_mma::smem_u32(s + tid), t < T ? gb + int64_t(t) * HV : gb, t < T);
+}
+
+// kd = exp(min(Glast - G, 0)) of rows m0 + lane / 4 and m0 + lane / 4 + 8 (a warp's accumulator rows),
+// from the chunk cumsum that lane l holds for tokens 2l and 2l + 1.
+__device__ __forceinline__ void row_kd(const chunk_mma::PairCumsum& gc, int m0, int lane, float (&kd)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = m0 + lane / 4 + 8 * h;
+    const float G0 = __shfl_sync(0xffffffffu, gc.G0, r / 2), G1 = __shfl_sync(0xffffffffu, gc.G1, r / 2);
+    kd[h] = __expf(fminf(gc.last - (r % 2 ? G1 : G0), 0.f));
+  }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void scale_all(float (&acc)[MT][NT][4], float f) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] *= f;
+}
+
+// Ainv = (I + M)^-1 of the chunk into sX (fp32 [64][kLdF]), M = tril(beta .* L .* (K @ K^T), -1)
+// (gated_deltanet.md 4.2): sK the chunk's keys (bf16 [64][KT + 8]), sG and sBeta its gates (padded
+// rows have beta 0, so their rows of M are 0). Warp w forms rows [16 (w % 4), +16) of K @ K^T and
+// its 64 / (NTHREADS / 128) columns from 64 (w / 4) / (NTHREADS / 128); sM holds M, sT is scratch.
+// Call after a barrier that publishes sK, sG, sBeta; returns after one that publishes sX.
+template <int KT, int NTHREADS>
+__device__ void chunk_inverse(const bf16x* sK, const float* sG, const float* sBeta, float* sM, float* sX, float* sT) {
+  constexpr int NT = 8 * 128 / NTHREADS;  // n-tiles per warp
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = 16 * (warp % 4), n0 = (warp / 4) * 8 * NT;
+  float kk[1][NT][4];
+  chunk_mma::zero(kk);
+  chunk_mma::warp_mma<1, NT, KT, false, true>(kk, sK, KT + 8, m0, sK, KT + 8, n0, lane);
+#pragma unroll
+  for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + chunk_mma::frag_row(lane, e), i = n0 + ni * 8 + chunk_mma::frag_col(lane, e);
+      sM[r * kLdF + i] = i < r ? sBeta[r] * __expf(fminf(sG[r] - sG[i], 0.f)) * kk[0][ni][e] : 0.f;
+    }
+  __syncthreads();
+  unit_lower_inverse<NTHREADS>(sM, sX, sT);
+}
+
 // x as a bf16 high part and the bf16 rounding of the rest: hi + lo carries about 16 mantissa bits, so a
 // product with both parts keeps the fp32 solve's accuracy where a single bf16 operand would not.
 __device__ __forceinline__ void split_bf16(float x, bf16x& hi, bf16x& lo) {

@@ -34,7 +34,6 @@ using chunk_mma::frag_row;
 using chunk_mma::load_rows;
 using chunk_mma::pack_bf16;
 using chunk_mma::set_smem;
-using chunk_mma::smem_u32;
 using chunk_mma::store_masked;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
@@ -90,20 +89,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
   load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K,
                               nullptr);
   __syncthreads();
-  {  // M[r, i] = beta_r exp(G_r - G_i) (k_r . k_i) for i < r (padded rows have beta 0)
-    float kk[1][kC / 8][4];
-    zero(kk);
-    warp_mma<1, kC / 8, KT, false, true>(kk, sK, KT + 8, m0, sK, KT + 8, 0, lane);
-#pragma unroll
-    for (int ni = 0; ni < kC / 8; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), i = ni * 8 + frag_col(lane, e);
-        sM[r * kLdF + i] = i < r ? sBeta[r] * __expf(fminf(sG[r] - sG[i], 0.f)) * kk[0][ni][e] : 0.f;
-      }
-  }
-  __syncthreads();
-  unit_lower_inverse<kThreads>(sM, sX, sT);
+  chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
   auto split_scaled = [&](const float* colscale) {  // Ainv diag(colscale) into sAhi + sAlo
     for (int e = threadIdx.x; e < kC * kC; e += kThreads) {
       const int r = e / kC, i = e % kC;
@@ -200,11 +186,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
                                              c * kC, d.T, d.K, tid);
     flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0,
                                              d.V, 0, kC, d.V - v0, tid);
-    if (tid < kC) {
-      const int t = c * kC + tid;
-      flash::cp_async4(smem_u32(reinterpret_cast<float*>(buf(p, L::kGraw)) + tid), t < d.T ? gb + int64_t(t) * d.HV : gb,
-                       t < d.T);
-    }
+    copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
 
@@ -225,13 +207,8 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
     store_tile<KT, VS, kThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
-    float kd[2];  // rows m0 + lane / 4 and + 8
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = m0 + lane / 4 + 8 * h;
-      const float G0 = __shfl_sync(0xffffffffu, gc.G0, r / 2), G1 = __shfl_sync(0xffffffffu, gc.G1, r / 2);
-      kd[h] = __expf(fminf(gc.last - (r % 2 ? G1 : G0), 0.f));
-    }
+    float kd[2];
+    row_kd(gc, m0, lane, kd);
 
     float u[1][NT][4];  // -U = -U0 + W @ S
 #pragma unroll
@@ -252,13 +229,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
       }
     __syncthreads();  // kd .* U complete; every warp is done reading S_c
 
-    const float gam_n = __expf(gc.last);
-#pragma unroll
-    for (int mi = 0; mi < MT2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S[mi][ni][e] *= gam_n;
+    scale_all(S, __expf(gc.last));  // gam_n
     warp_mma<MT2, NT, kC, true, false>(S, sK, KT + 8, m2, sUk, VS + 8, 0, lane);
     store_state(sS, S, m2, lane);
   }
