@@ -3,9 +3,9 @@
 # carried, so a short verification spends no device time compiling. Build here first:
 #   tools/build_carried.sh      # build-carry/: hybrid and test_layers for sm_90, packed, with spdlog/fmt
 # then call the device with carry ["build-carry"] and `bash tools/device_carried.sh`.
-# Runs the [gpu] layer tests (the families named in GPU_TAGS first, so the newest kernels report even
-# if the time runs out), `hybrid bench ops` on BENCH_FILTER, `hybrid bench decode` and the PyTorch
-# SDPA anchor, each under its own timeout; logs under $OUT.
+# Runs the [gpu] layer tests of the families in GPU_TAGS, `hybrid bench ops` on BENCH_FILTER, the
+# other [gpu] layer tests, `hybrid bench decode` and the PyTorch SDPA anchor, in that order (the
+# newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -37,18 +37,17 @@ run_tag() {  # $1: Catch2 test spec, $2: seconds
   echo "tests $1: rc $rc in $(( $(date +%s) - t0 )) s: $(tail -n 3 "$tests_log" | grep -E 'passed|failed|No tests ran' | tail -1)"
 }
 first=""
-for tag in ${GPU_TAGS:-nha gsa gated_delta_rule}; do
-  run_tag "[$tag][gpu]" "${TAG_TIMEOUT:-60}"
+for tag in ${GPU_TAGS:-nha gated_delta_rule gsa simple_gla}; do
+  run_tag "[$tag][gpu]" "${TAG_TIMEOUT:-30}"
   first="$first~[$tag]"
 done
-run_tag "[gpu]$first" "${REST_TIMEOUT:-60}"
-
-timeout "${BENCH_TIMEOUT:-90}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
+timeout "${BENCH_TIMEOUT:-60}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
   --filter "${BENCH_FILTER:-gated_delta_rule,nha,gsa,simple_gla,mamba2_block}" > "$out/bench.log" 2>&1
 echo "bench ops: rc $?"
-timeout 40 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
+run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
+timeout 30 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
 echo "bench decode: rc $?"
-timeout "${SDPA_TIMEOUT:-60}" python3 tools/sdpa_anchor.py > "$out/sdpa.log" 2>&1
+timeout "${SDPA_TIMEOUT:-45}" python3 tools/sdpa_anchor.py > "$out/sdpa.log" 2>&1
 echo "sdpa anchor: rc $?"
 cat "$out/bench.log"
 echo "== sdpa"; tail -14 "$out/sdpa.log"
