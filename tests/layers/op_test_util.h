@@ -45,4 +45,17 @@ void require_golden_outputs(const SafetensorsFile& f, const std::map<std::string
 // x (any float dtype) against want (f64): both defined or both not, relative error < tol (a CHECK).
 void check_close_if_defined(const char* what, const Tensor& x, const Tensor& want, double tol);
 
+// A chunked op's results against its reference (the Outputs and Grads of gated_delta_rule or
+// simple_gla): o, final_state and the gradients of q, k, v, g and S0, through check_close_if_defined.
+template <class Outputs, class Grads>
+void check_state_op_close(const Outputs& got, const Grads& got_g, const Outputs& ref, const Grads& ref_g, double tol) {
+  check_close_if_defined("o", got.o, ref.o, tol);
+  check_close_if_defined("final_state", got.final_state, ref.final_state, tol);
+  check_close_if_defined("dq", got_g.dq, ref_g.dq, tol);
+  check_close_if_defined("dk", got_g.dk, ref_g.dk, tol);
+  check_close_if_defined("dv", got_g.dv, ref_g.dv, tol);
+  check_close_if_defined("dg", got_g.dg, ref_g.dg, tol);
+  check_close_if_defined("dS0", got_g.dS0, ref_g.dS0, tol);
+}
+
 }  // namespace hyb

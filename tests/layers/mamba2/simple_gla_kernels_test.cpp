@@ -36,13 +36,7 @@ TEST_CASE("the simple_gla kernel sequence run on the cpu equals the recurrent re
       const SimpleGlaOutputs got = simple_gla_forward_kernels(to_f32(q), to_f32(k), to_f32(v), to_f32(g), to_f32(S0), 0.3);
       const SimpleGlaSaved s{to_f32(q), to_f32(k), to_f32(v), to_f32(g), to_f32(S0), p};
       const SimpleGlaGrads got_g = simple_gla_backward_kernels(s, to_f32(dout), to_f32(dfinal), GradMask{31});
-      check_close_if_defined("o", got.o, ref.o, 2e-5);
-      check_close_if_defined("final_state", got.final_state, ref.final_state, 2e-5);
-      check_close_if_defined("dq", got_g.dq, ref_g.dq, 2e-5);
-      check_close_if_defined("dk", got_g.dk, ref_g.dk, 2e-5);
-      check_close_if_defined("dv", got_g.dv, ref_g.dv, 2e-5);
-      check_close_if_defined("dg", got_g.dg, ref_g.dg, 2e-5);
-      check_close_if_defined("dS0", got_g.dS0, ref_g.dS0, 2e-5);
+      check_state_op_close(got, got_g, ref, ref_g, 2e-5);
     }
   }
 }
