@@ -6,8 +6,11 @@
 //   GsaMixer layer(gsa_config_from_json(m), test_mixer_context({.d_model = 8}));
 //   randomize_parameters(layer, 2);
 #pragma once
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/mixer.h"
@@ -23,6 +26,8 @@ struct MixerTestShape {
 };
 
 nlohmann::json resolve_test_mixer(const std::string& type, const nlohmann::json& written, const MixerTestShape& shape);
+// The ConfigKeyError message resolve throws, or "" when it resolves.
+std::string config_error(const std::function<void()>& resolve);
 MixerContext test_mixer_context(const MixerTestShape& shape, const std::string& init = "family", bool has_mlp = true);
 // Every parameter N(0, sd), by name (Philox), so the same values land on any device and dtype.
 void randomize_parameters(Module& m, uint64_t seed, double sd = 0.5);
@@ -30,6 +35,40 @@ void randomize_parameters(Module& m, uint64_t seed, double sd = 0.5);
 // Every parameter of the layer and its input x against f64 central differences (gradcheck_leaves),
 // max relative error < 1e-6; build the layer under ParameterScope(cpu, f64).
 void require_mixer_gradcheck(Mixer& layer, const Var& x);
+
+// For every variant (a section each): the layer built by make (mixer, d_model) under ParameterScope(cpu,
+// f64), initialised (seed 1) and redrawn (seed 2), through require_mixer_gradcheck on x (1, T, d_model).
+void require_mixer_gradchecks(const std::vector<std::pair<std::string, nlohmann::json>>& variants, int64_t d_model, int64_t T,
+                              const std::function<std::unique_ptr<Mixer>(const nlohmann::json& mixer, int64_t d_model)>& make);
+
+// For every variant and activations f32 and bf16: the mixer built by make on cuda (f32 master
+// parameters) against the same mixer on the CPU in f64 (d_model 16, B 2, T 70): output, input gradient
+// and every parameter gradient, relative error < 1e-4 (f32) or 3e-2 (bf16). make is called under the
+// ParameterScope of each side; the layer is initialised (seed 1) and its parameters redrawn (seed 2).
+void require_cuda_mixer_matches_cpu(const std::vector<std::pair<std::string, nlohmann::json>>& variants,
+                                    const std::function<std::unique_ptr<Mixer>(const nlohmann::json& mixer, int64_t d_model)>& make);
+
+// What require_mixer_decode_matches_forward decodes and requires.
+struct MixerDecodeCheck {
+  Device device = Device::cpu();
+  DType dtype = DType::f64;  // of the parameters (the layer's ParameterScope), x and the state
+  int64_t d_model = 8;
+  int64_t T = 23;
+  std::vector<int64_t> prefills;  // parallel prefill lengths; 0 decodes from the first token
+  double tol = 1e-12;             // relative error of each decoded block
+  int64_t state_bytes = -1;       // the state's constant size, from its start; -1: not checked
+  std::string name;               // section prefix
+};
+// The layer, initialised, decoding x (B 2, T, C d_model; random) after a parallel prefill of each
+// length in check.prefills, then token by token, against its own parallel forward; n_seen = T after.
+// A section "<name>prefill <n>" each.
+void require_mixer_decode_matches_forward(Mixer& layer, const MixerDecodeCheck& check);
+
+// ids (B, T) through the model's decode: a prefill of `prefill` tokens, then token by token; each
+// call's logits (B, n, V).
+std::vector<Tensor> decode_logits_in_steps(CausalLM& lm, LmDecodeState& state, const Tensor& ids, int64_t prefill);
+// Consecutive blocks of rows (dimension 1) against full (B, T, ...) in f64: relative error < tol each.
+void require_rows_match(const std::vector<Tensor>& steps, const Tensor& full, double tol);
 
 // vocab 16 (13 real), d_model 8, max_seq_len 64, init_std 0.3: the small model of the decode checks.
 LmConfig small_decode_lm(std::vector<LayerSpec> layers);

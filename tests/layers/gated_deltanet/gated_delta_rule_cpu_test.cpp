@@ -7,20 +7,14 @@
 
 #include "autograd/gradcheck.h"
 #include "compare.h"
-#include "core/rng.h"
 #include "core/safetensors.h"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 #include "layers/norm/l2norm_op.h"
+#include "layers/op_test_util.h"
 
 using namespace hyb;
 
 namespace {
-
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype = DType::f64) {
-  Tensor t = Tensor::empty(shape, dtype);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
-}
 
 struct DeltaCase {
   Tensor q, k, v, beta, g, S0;  // S0 may be undefined
@@ -31,7 +25,7 @@ DeltaCase random_case(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, in
                       DType dtype = DType::f64) {
   auto unit = [&](uint64_t s) { return l2norm_forward(random_tensor({B, T, H, K}, s, dtype), 1e-12, L2NormEps::clamp, nullptr); };
   DeltaCase c{unit(seed), unit(seed + 1), random_tensor({B, T, HV, V}, seed + 2, dtype),
-              uniform({B, T, HV}, seed + 3, 0.05, 0.95, dtype), uniform({B, T, HV}, seed + 4, -0.6, -0.02, dtype), Tensor()};
+              uniform_tensor({B, T, HV}, seed + 3, 0.05, 0.95, dtype), uniform_tensor({B, T, HV}, seed + 4, -0.6, -0.02, dtype), Tensor()};
   if (with_s0) c.S0 = random_tensor({B, HV, K, V}, seed + 5, dtype);
   return c;
 }
@@ -41,13 +35,7 @@ std::map<std::string, Tensor> run_case(const DeltaCase& c, const GatedDeltaParam
   Var q(c.q, true), k(c.k, true), v(c.v, true), beta(c.beta, true), g(c.g, true);
   Var S0 = c.S0.defined() ? Var(c.S0, true) : Var();
   GatedDeltaVars r = gated_delta_rule(q, k, v, beta, g, S0, p);
-  std::vector<Var> roots{r.o};
-  std::vector<Tensor> droots{dout};
-  if (dfinal.defined()) {
-    roots.push_back(r.final_state);
-    droots.push_back(dfinal);
-  }
-  backward(roots, droots);
+  backward_with_final_state(r.o, dout, r.final_state, dfinal);
   std::map<std::string, Tensor> out{{"o", r.o.data()}, {"final_state", r.final_state.data()},
                                     {"dq", q.grad()},   {"dk", k.grad()},
                                     {"dv", v.grad()},   {"dbeta", beta.grad()},
@@ -56,12 +44,7 @@ std::map<std::string, Tensor> run_case(const DeltaCase& c, const GatedDeltaParam
   return out;
 }
 
-GatedDeltaParams params(double scale, int64_t chunk) {
-  GatedDeltaParams p;
-  p.scale = scale;
-  p.chunk_size = chunk;
-  return p;
-}
+constexpr auto params = chunk_params<GatedDeltaParams>;
 
 }  // namespace
 
@@ -98,11 +81,7 @@ TEST_CASE("chunked gated_delta_rule equals the recurrent form for T around the c
           Tensor dfinal = state ? random_tensor({2, HV, 6, 5}, 901) : Tensor();
           auto ref = run_case(c, params(0.4, 0), dout, dfinal);
           auto got = run_case(c, params(0.4, C), dout, dfinal);
-          REQUIRE(got.size() == ref.size());
-          for (const auto& [name, t] : ref) {
-            INFO(name);
-            REQUIRE(rel_error(got.at(name), t) < 1e-12);
-          }
+          require_outputs_match(got, ref, 1e-12);
         }
       }
     }
@@ -118,10 +97,7 @@ TEST_CASE("the golden gated_delta_rule files match through the chunked form with
       DYNAMIC_SECTION(name << " C" << C) {
         DeltaCase c{f.get("in.q"), f.get("in.k"), f.get("in.v"), f.get("in.beta"), f.get("in.g"), Tensor()};
         auto got = run_case(c, params(scale, C), f.get("grad_out.o"), Tensor());
-        REQUIRE(rel_error(got.at("o"), f.get("out.o")) < 1e-12);
-        REQUIRE(rel_error(got.at("final_state"), f.get("out.final_state")) < 1e-12);
-        for (const char* in : {"q", "k", "v", "beta", "g"})
-          REQUIRE(rel_error(got.at(str_cat("d", in)), f.get(str_cat("grad_in.", in))) < 1e-12);
+        require_golden_outputs(f, got, {"q", "k", "v", "beta", "g"});
       }
     }
   }

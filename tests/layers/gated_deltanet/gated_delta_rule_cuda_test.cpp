@@ -8,24 +8,34 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/cast.h"
-#include "core/rng.h"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 #include "layers/norm/l2norm_op.h"
+#include "layers/op_test_util.h"
 #include "parity.h"
 
 using namespace hyb;
 
 namespace {
 
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
+// q and k unit vectors per head (seeds seed, seed + 1), v (seed + 2), beta in [0.05, 0.95] (seed + 3;
+// 0 on tokens 40..109 with zero_beta), g in [glo, ghi] (seed + 4) and with s0 an initial state (seed + 5).
+std::vector<Tensor> delta_inputs(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, bool s0, bool zero_beta,
+                                 uint64_t seed, double glo, double ghi) {
+  auto unit = [&](uint64_t s) { return l2norm_forward(random_tensor({B, T, H, K}, s), 1e-12, L2NormEps::clamp, nullptr); };
+  Tensor beta = uniform_tensor({B, T, HV}, seed + 3, 0.05, 0.95);
+  if (zero_beta) beta.narrow(1, 40, 70).copy_(Tensor::zeros({B, 70, HV}, DType::f64));
+  std::vector<Tensor> in{unit(seed), unit(seed + 1), random_tensor({B, T, HV, V}, seed + 2), beta,
+                         uniform_tensor({B, T, HV}, seed + 4, glo, ghi)};
+  if (s0) in.push_back(random_tensor({B, HV, K, V}, seed + 5, DType::f64, 0.5));
+  return in;
 }
 
-// beta, the decays and the state stay f32 when the activations are bf16 (gated_deltanet.md 2.5).
-Var state_dtype(const Var& x, const Var& like) { return like.dtype() == DType::bf16 ? cast(x, DType::f32) : x; }
+// o and the final state of q, k, v, beta, g and (with s0) S0.
+std::vector<Var> delta_outputs(const std::vector<Var>& x, bool s0) {
+  GatedDeltaVars y = gated_delta_rule(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
+                                      s0 ? state_dtype(x[5], x[0]) : Var(), GatedDeltaParams{});
+  return {y.o, y.final_state};
+}
 
 }  // namespace
 
@@ -43,23 +53,10 @@ TEST_CASE("gated_delta_rule on cuda matches the recurrent cpu reference, outputs
                         Case{1, 70, 1, 2, 256, 256, true, false}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.zero_beta ? " beta 0 on tokens 40..109" : "")) {
-      auto unit = [&](uint64_t s) {
-        return l2norm_forward(random_tensor({c.B, c.T, c.H, c.K}, s), 1e-12, L2NormEps::clamp, nullptr);
-      };
-      Tensor beta = uniform({c.B, c.T, c.HV}, 4, 0.05, 0.95);
-      if (c.zero_beta) beta.narrow(1, 40, 70).copy_(Tensor::zeros({c.B, 70, c.HV}, DType::f64));
-      std::vector<Tensor> in{unit(1), unit(2), random_tensor({c.B, c.T, c.HV, c.V}, 3), beta,
-                             uniform({c.B, c.T, c.HV}, 5, -0.6, -0.02)};
-      if (c.s0) in.push_back(random_tensor({c.B, c.HV, c.K, c.V}, 6, DType::f64, 0.5));
+      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, c.s0, c.zero_beta, 1, -0.6, -0.02);
       ParityOptions opt;
       opt.tol_f32 = 5e-5;  // chunked fp32 with an fp32 triangular solve against the f64 recurrence
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            GatedDeltaVars y = gated_delta_rule(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
-                                                c.s0 ? state_dtype(x[5], x[0]) : Var(), GatedDeltaParams{});
-            return std::vector<Var>{y.o, y.final_state};
-          },
-          in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, c.s0); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
@@ -90,23 +87,11 @@ TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and
       const Tensor probe = Tensor::zeros({c.B, c.T, c.H, c.K}, DType::bf16, Device::cuda(0));
       REQUIRE(gated_delta_rule_fused_supported(probe, GatedDeltaDims{c.B, c.T, c.H, c.HV, c.K, c.V, c.HV / c.H}));
 #endif
-      auto unit = [&](uint64_t s) {
-        return l2norm_forward(random_tensor({c.B, c.T, c.H, c.K}, s), 1e-12, L2NormEps::clamp, nullptr);
-      };
-      Tensor beta = uniform({c.B, c.T, c.HV}, 24, 0.05, 0.95);
-      if (c.zero_beta) beta.narrow(1, 40, 70).copy_(Tensor::zeros({c.B, 70, c.HV}, DType::f64));
-      const Tensor g = c.weak_decay ? uniform({c.B, c.T, c.HV}, 25, -0.05, -0.001) : uniform({c.B, c.T, c.HV}, 25, -0.6, -0.02);
-      std::vector<Tensor> in{unit(21), unit(22), random_tensor({c.B, c.T, c.HV, c.V}, 23), beta, g};
-      if (c.s0) in.push_back(random_tensor({c.B, c.HV, c.K, c.V}, 26, DType::f64, 0.5));
+      const double glo = c.weak_decay ? -0.05 : -0.6, ghi = c.weak_decay ? -0.001 : -0.02;
+      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, c.s0, c.zero_beta, 21, glo, ghi);
       ParityOptions opt;
       opt.f32 = false;  // f32 runs the toolkit sequence, checked by the case above
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            GatedDeltaVars y = gated_delta_rule(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
-                                                c.s0 ? state_dtype(x[5], x[0]) : Var(), GatedDeltaParams{});
-            return std::vector<Var>{y.o, y.final_state};
-          },
-          in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, c.s0); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }

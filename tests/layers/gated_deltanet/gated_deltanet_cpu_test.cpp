@@ -10,8 +10,8 @@
 #include "core/rng.h"
 #include "layers/gated_deltanet/gated_deltanet.h"
 #include "layers/gated_deltanet/gated_deltanet_config.h"
-#include "layers/model/causal_lm.h"
 #include "layers/mixer_test_util.h"
+#include "layers/model/causal_lm.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -28,15 +28,8 @@ MixerContext mixer_context(int64_t d_model, int64_t num_layers = 1, const std::s
   return test_mixer_context({.d_model = d_model, .max_seq_len = 64, .num_layers = num_layers}, init, true);
 }
 
-// Every parameter redrawn at a scale where each path carries a gradient well above rounding.
-
 std::string error_of(const json& mixer, int64_t d_model) {
-  try {
-    resolved(mixer, d_model);
-  } catch (const ConfigKeyError& e) {
-    return e.what();
-  }
-  return "";
+  return config_error([&] { resolved(mixer, d_model); });
 }
 
 }  // namespace
@@ -52,16 +45,9 @@ TEST_CASE("every Gated DeltaNet parameter and the layer input have gradients mat
       {"no gate, no short conv",
        {{"num_heads", 2}, {"head_dim", 4}, {"expand_v", 0.75}, {"use_gate", false}, {"use_short_conv", false}}},
   };
-  for (const auto& [name, mixer] : variants) {
-    DYNAMIC_SECTION(name) {
-      ParameterScope f64(Device::cpu(), DType::f64);
-      GatedDeltaNetMixer layer(gated_deltanet_config_from_json(resolved(mixer, 8)), mixer_context(8));
-      layer.initialize(1);
-      randomize_parameters(layer, 2);
-      Var x(random_tensor({1, 11, 8}, 3), true);
-      require_mixer_gradcheck(layer, x);
-    }
-  }
+  require_mixer_gradchecks(variants, 8, 11, [](const json& mixer, int64_t d) -> std::unique_ptr<Mixer> {
+    return std::make_unique<GatedDeltaNetMixer>(gated_deltanet_config_from_json(resolved(mixer, d)), mixer_context(d));
+  });
 }
 
 TEST_CASE("Gated DeltaNet has FLA's parameter names, weight-decay set and the count of gated_deltanet.md 2.1",
@@ -127,29 +113,10 @@ TEST_CASE("Gated DeltaNet decoding from the carried state equals the full forwar
       mixer_context(8));
   layer.initialize(7);
   randomize_parameters(layer, 8);
-  NoGradGuard no_grad;
-  const int64_t B = 2, T = 23;
-  Tensor x = random_tensor({B, T, 8}, 9);
-  const Tensor full = layer.forward(Var(x)).data();
-  for (int64_t prefill : {0, 1, 3, 17}) {
-    DYNAMIC_SECTION("prefill " << prefill) {
-      auto state = layer.start_decode(B, Device::cpu(), DType::f64);
-      const int64_t bytes = state->bytes();
-      std::vector<Tensor> outs;
-      if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
-      for (int64_t t = prefill; t < T; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
-      int64_t t = 0;
-      for (const Tensor& o : outs) {
-        REQUIRE(rel_error(o, full.narrow(1, t, o.size(1)).contiguous()) < 1e-12);
-        t += o.size(1);
-      }
-      REQUIRE(state->n_seen == T);
-      // Constant size: HV K V state + (2 key_dim + value_dim)(W-1) conv elements (gated_deltanet.md 5).
-      const int64_t HV = 4, K = 4, V = 6, key_dim = 8, value_dim = 24, W = 4;
-      REQUIRE(state->bytes() == bytes);
-      REQUIRE(bytes == B * (HV * K * V + (2 * key_dim + value_dim) * (W - 1)) * int64_t(sizeof(double)));
-    }
-  }
+  // Constant size: HV K V state + (2 key_dim + value_dim)(W-1) conv elements (gated_deltanet.md 5).
+  const int64_t B = 2, HV = 4, K = 4, V = 6, key_dim = 8, value_dim = 24, W = 4;
+  require_mixer_decode_matches_forward(
+      layer, {.prefills = {0, 1, 3, 17}, .state_bytes = B * (HV * K * V + (2 * key_dim + value_dim) * (W - 1)) * int64_t(sizeof(double))});
 }
 
 TEST_CASE("a model of Gated DeltaNet and attention layers decodes token by token to the parallel forward's logits",

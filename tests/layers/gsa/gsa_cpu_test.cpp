@@ -8,19 +8,13 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops/shape_ops.h"
 #include "compare.h"
-#include "core/rng.h"
 #include "core/safetensors.h"
 #include "layers/gsa/gsa_op.h"
+#include "layers/op_test_util.h"
 
 using namespace hyb;
 
 namespace {
-
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
-}
 
 struct GsaCase {
   Tensor q, k, v, s, g, Hk0, Hv0;  // Hk0, Hv0 may be undefined
@@ -31,7 +25,7 @@ GsaCase random_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t K, in
                     uint64_t seed) {
   GsaCase c{random_tensor({B, T, Hq, K}, seed), random_tensor({B, T, Hkv, K}, seed + 1),
             random_tensor({B, T, Hkv, V}, seed + 2), random_tensor({B, T, Hkv, M}, seed + 3),
-            uniform({B, T, Hkv, M}, seed + 4, -0.9, -0.01), Tensor(), Tensor()};
+            uniform_tensor({B, T, Hkv, M}, seed + 4, -0.9, -0.01), Tensor(), Tensor()};
   if (states) {
     c.Hk0 = random_tensor({B, Hkv, K, M}, seed + 5);
     c.Hv0 = random_tensor({B, Hkv, M, V}, seed + 6);

@@ -7,13 +7,12 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/cast.h"
 #include "compare.h"
-#include "core/rng.h"
 #include "layers/gsa/gsa.h"
 #include "layers/gsa/gsa_config.h"
 #include "layers/gsa/gsa_op.h"
 #include "layers/mixer_test_util.h"
+#include "layers/op_test_util.h"
 #include "layers/registry.h"
 #include "parity.h"
 
@@ -22,12 +21,6 @@ using json = nlohmann::json;
 
 namespace {
 
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
-}
-
 json resolved(const json& written, int64_t d_model) {
   return resolve_test_mixer("gsa", written, {.d_model = d_model, .max_seq_len = 128});
 }
@@ -35,9 +28,6 @@ json resolved(const json& written, int64_t d_model) {
 MixerContext mixer_context(int64_t d_model) {
   return test_mixer_context({.d_model = d_model, .max_seq_len = 128}, "family", true);
 }
-
-// Write weights, gates and memories stay f32 when the activations are bf16 (gsa.md 4.5).
-Var state_dtype(const Var& x, const Var& like) { return like.dtype() == DType::bf16 ? cast(x, DType::f32) : x; }
 
 }  // namespace
 
@@ -55,8 +45,8 @@ TEST_CASE("gsa on cuda matches the recurrent cpu reference, outputs and every gr
                          << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo) {
       std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.K}, 1, DType::f64, 0.5),
                              random_tensor({c.B, c.T, c.Hkv, c.K}, 2, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.V}, 3), uniform({c.B, c.T, c.Hkv, c.M}, 4, 0.0, 1.0),
-                             uniform({c.B, c.T, c.Hkv, c.M}, 5, c.glo, -0.01)};
+                             random_tensor({c.B, c.T, c.Hkv, c.V}, 3), uniform_tensor({c.B, c.T, c.Hkv, c.M}, 4, 0.0, 1.0),
+                             uniform_tensor({c.B, c.T, c.Hkv, c.M}, 5, c.glo, -0.01)};
       if (c.states) {
         in.push_back(random_tensor({c.B, c.Hkv, c.K, c.M}, 6, DType::f64, 0.5));
         in.push_back(random_tensor({c.B, c.Hkv, c.M, c.V}, 7, DType::f64, 0.5));
@@ -83,23 +73,8 @@ TEST_CASE("GSA on cuda: decoding token by token and from prefills equals the par
   GsaMixer layer(gsa_config_from_json(resolved({{"num_heads", 4}, {"num_kv_heads", 2}, {"num_slots", 5}}, 16)),
                  mixer_context(16));
   layer.initialize(7);
-  for (const auto& p : layer.named_parameters()) fill_normal(p.var.data(), 8, p.name, 0.0, 0.3);
-  NoGradGuard no_grad;
-  const int64_t B = 2, T = 70;  // past one chunk, so the prefill's final memory comes from a chunk scan
-  const Tensor x = random_tensor({B, T, 16}, 9, DType::f32).to(Device::cuda(0));
-  const Tensor full = layer.forward(Var(x)).data().to(Device::cpu()).to(DType::f64);
-  for (int64_t prefill : {0, 1, 66}) {
-    DYNAMIC_SECTION("prefill " << prefill) {
-      auto state = layer.start_decode(B, Device::cuda(0), DType::f32);
-      std::vector<Tensor> outs;
-      if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
-      for (int64_t t = prefill; t < T; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
-      int64_t t = 0;
-      for (const Tensor& o : outs) {
-        INFO("rows " << t << " .. " << t + o.size(1));
-        REQUIRE(rel_error(o.to(Device::cpu()).to(DType::f64), full.narrow(1, t, o.size(1)).contiguous()) < 1e-4);
-        t += o.size(1);
-      }
-    }
-  }
+  randomize_parameters(layer, 8, 0.3);
+  // T 70: past one chunk, so the prefill's final memory comes from a chunk scan.
+  require_mixer_decode_matches_forward(
+      layer, {.device = Device::cuda(0), .dtype = DType::f32, .d_model = 16, .T = 70, .prefills = {0, 1, 66}, .tol = 1e-4});
 }

@@ -10,8 +10,8 @@
 #include "core/rng.h"
 #include "layers/gsa/gsa.h"
 #include "layers/gsa/gsa_config.h"
-#include "layers/model/causal_lm.h"
 #include "layers/mixer_test_util.h"
+#include "layers/model/causal_lm.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -28,12 +28,7 @@ MixerContext mixer_context(int64_t d_model, int64_t num_layers = 1, const std::s
 }
 
 std::string error_of(const json& mixer, int64_t d_model) {
-  try {
-    resolved(mixer, d_model);
-  } catch (const ConfigKeyError& e) {
-    return e.what();
-  }
-  return "";
+  return config_error([&] { resolved(mixer, d_model); });
 }
 
 }  // namespace
@@ -48,16 +43,9 @@ TEST_CASE("every GSA parameter and the layer input have gradients matching finit
       {"relu feature map", {{"num_heads", 2}, {"num_slots", 3}, {"feature_map", "relu"}}},
       {"t2r feature map with short convs", {{"num_heads", 2}, {"num_slots", 3}, {"feature_map", "t2r"}, {"use_short_conv", true}}},
   };
-  for (const auto& [name, mixer] : variants) {
-    DYNAMIC_SECTION(name) {
-      ParameterScope f64(Device::cpu(), DType::f64);
-      GsaMixer layer(gsa_config_from_json(resolved(mixer, 8)), mixer_context(8));
-      layer.initialize(1);
-      randomize_parameters(layer, 2);
-      Var x(random_tensor({1, 11, 8}, 3), true);
-      require_mixer_gradcheck(layer, x);
-    }
-  }
+  require_mixer_gradchecks(variants, 8, 11, [](const json& mixer, int64_t d) -> std::unique_ptr<Mixer> {
+    return std::make_unique<GsaMixer>(gsa_config_from_json(resolved(mixer, d)), mixer_context(d));
+  });
 }
 
 TEST_CASE("GSA has FLA's parameter names and the count of gsa.md 5.1", "[gsa][cpu]") {
@@ -108,29 +96,12 @@ TEST_CASE("GSA decoding from the carried memories equals the full forward: singl
                    mixer_context(8));
     layer.initialize(7);
     randomize_parameters(layer, 8);
-    NoGradGuard no_grad;
-    const int64_t B = 2, T = 23;
-    Tensor x = random_tensor({B, T, 8}, 9);
-    const Tensor full = layer.forward(Var(x)).data();
-    for (int64_t prefill : {0, 1, 3, 17}) {
-      DYNAMIC_SECTION((convs ? "convs" : "no convs") << " prefill " << prefill) {
-        auto state = layer.start_decode(B, Device::cpu(), DType::f64);
-        const int64_t bytes = state->bytes();
-        std::vector<Tensor> outs;
-        if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
-        for (int64_t t = prefill; t < T; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
-        int64_t t = 0;
-        for (const Tensor& o : outs) {
-          REQUIRE(rel_error(o, full.narrow(1, t, o.size(1)).contiguous()) < 1e-12);
-          t += o.size(1);
-        }
-        REQUIRE(state->n_seen == T);
-        // Constant size: Hkv M (K + V) memory values (+ the conv inputs), gsa.md 6.
-        const int64_t Hkv = 2, K = 2, V = 2, M = 5, W = 4;
-        REQUIRE(state->bytes() == bytes);
-        REQUIRE(bytes == B * (Hkv * M * (K + V) + (convs ? (4 * K + 2 * K + 2 * V) * (W - 1) : 0)) * int64_t(sizeof(double)));
-      }
-    }
+    // Constant size: Hkv M (K + V) memory values (+ the conv inputs), gsa.md 6.
+    const int64_t B = 2, Hkv = 2, K = 2, V = 2, M = 5, W = 4;
+    require_mixer_decode_matches_forward(
+        layer, {.prefills = {0, 1, 3, 17},
+                .state_bytes = B * (Hkv * M * (K + V) + (convs ? (4 * K + 2 * K + 2 * V) * (W - 1) : 0)) * int64_t(sizeof(double)),
+                .name = convs ? "convs " : "no convs "});
   }
 }
 

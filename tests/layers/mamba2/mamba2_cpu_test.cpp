@@ -10,8 +10,8 @@
 #include "core/rng.h"
 #include "layers/mamba2/mamba2.h"
 #include "layers/mamba2/mamba2_config.h"
-#include "layers/model/causal_lm.h"
 #include "layers/mixer_test_util.h"
+#include "layers/model/causal_lm.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -28,15 +28,8 @@ MixerContext mixer_context(int64_t d_model, int64_t num_layers = 1, bool has_mlp
   return test_mixer_context({.d_model = d_model, .max_seq_len = 64, .num_layers = num_layers}, init, has_mlp);
 }
 
-// Every parameter redrawn at a scale where each path carries a gradient well above rounding.
-
 std::string error_of(json mixer, int64_t d_model) {
-  try {
-    resolved(std::move(mixer), d_model);
-  } catch (const ConfigKeyError& e) {
-    return e.what();
-  }
-  return "";
+  return config_error([&] { resolved(mixer, d_model); });
 }
 
 }  // namespace
@@ -50,16 +43,9 @@ TEST_CASE("every Mamba2 parameter and the layer input have gradients matching fi
       {"no rmsnorm, D per channel, clamp",
        {{"headdim", 4}, {"d_state", 3}, {"rmsnorm", false}, {"D_has_hdim", true}, {"dt_limit", {0.3, 2.0}}}},
   };
-  for (const auto& [name, mixer] : variants) {
-    DYNAMIC_SECTION(name) {
-      ParameterScope f64(Device::cpu(), DType::f64);
-      Mamba2Mixer layer(mamba2_config_from_json(resolved(mixer, 4)), mixer_context(4));
-      layer.initialize(1);
-      randomize_parameters(layer, 2);
-      Var x(random_tensor({1, 11, 4}, 3), true);
-      require_mixer_gradcheck(layer, x);
-    }
-  }
+  require_mixer_gradchecks(variants, 4, 11, [](const json& mixer, int64_t d) -> std::unique_ptr<Mixer> {
+    return std::make_unique<Mamba2Mixer>(mamba2_config_from_json(resolved(mixer, d)), mixer_context(d));
+  });
 }
 
 TEST_CASE("Mamba2 has mamba_ssm's parameter names, weight-decay set and the count of mamba2.md 2.1", "[mamba2][cpu]") {
@@ -145,29 +131,10 @@ TEST_CASE("Mamba2 decoding from the carried state equals the full forward: singl
                     mixer_context(8));
   layer.initialize(7);
   randomize_parameters(layer, 8);
-  NoGradGuard no_grad;
-  const int64_t B = 2, T = 23;
-  Tensor x = random_tensor({B, T, 8}, 9);
-  const Tensor full = layer.forward(Var(x)).data();
-  for (int64_t prefill : {0, 1, 3, 3, 17}) {
-    DYNAMIC_SECTION("prefill " << prefill) {
-      auto state = layer.start_decode(B, Device::cpu(), DType::f64);
-      const int64_t bytes = state->bytes();
-      std::vector<Tensor> outs;
-      if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
-      for (int64_t t = prefill; t < T; ++t) outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
-      int64_t t = 0;
-      for (const Tensor& o : outs) {
-        REQUIRE(rel_error(o, full.narrow(1, t, o.size(1)).contiguous()) < 1e-12);
-        t += o.size(1);
-      }
-      REQUIRE(state->n_seen == T);
-      // Constant size: (W-1) Cc conv inputs and H N P state elements per sequence (mamba2.md 5).
-      REQUIRE(state->bytes() == bytes);
-      const int64_t W = 4, d_ssm = 16, G = 2, N = 5, H = 4, P = 4;
-      REQUIRE(bytes == B * ((W - 1) * (d_ssm + 2 * G * N) + H * N * P) * int64_t(sizeof(double)));
-    }
-  }
+  // Constant size: (W-1) Cc conv inputs and H N P state elements per sequence (mamba2.md 5).
+  const int64_t B = 2, W = 4, d_ssm = 16, G = 2, N = 5, H = 4, P = 4;
+  require_mixer_decode_matches_forward(
+      layer, {.prefills = {0, 1, 3, 3, 17}, .state_bytes = B * ((W - 1) * (d_ssm + 2 * G * N) + H * N * P) * int64_t(sizeof(double))});
 }
 
 TEST_CASE("a model of Mamba2 and attention layers decodes token by token to the parallel forward's logits",

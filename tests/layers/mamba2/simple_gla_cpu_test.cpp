@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "layers/mamba2/simple_gla_op.h"
+#include "layers/op_test_util.h"
 
 using namespace hyb;
 
@@ -39,25 +40,14 @@ std::map<std::string, Tensor> run_case(const GlaCase& c, const SimpleGlaParams& 
                                        const Tensor& dfinal) {
   Var q(c.q, true), k(c.k, true), v(c.v, true), g(c.g, true), S0 = c.S0.defined() ? Var(c.S0, true) : Var();
   SimpleGlaVars r = simple_gla(q, k, v, g, S0, p);
-  std::vector<Var> roots{r.o};
-  std::vector<Tensor> droots{dout};
-  if (dfinal.defined()) {
-    roots.push_back(r.final_state);
-    droots.push_back(dfinal);
-  }
-  backward(roots, droots);
+  backward_with_final_state(r.o, dout, r.final_state, dfinal);
   std::map<std::string, Tensor> out{{"o", r.o.data()}, {"final_state", r.final_state.data()}, {"dq", q.grad()},
                                     {"dk", k.grad()},   {"dv", v.grad()},                     {"dg", g.grad()}};
   if (S0.defined()) out["dS0"] = S0.grad();
   return out;
 }
 
-SimpleGlaParams params(double scale, int64_t chunk) {
-  SimpleGlaParams p;
-  p.scale = scale;
-  p.chunk_size = chunk;
-  return p;
-}
+constexpr auto params = chunk_params<SimpleGlaParams>;
 
 }  // namespace
 
@@ -93,11 +83,7 @@ TEST_CASE("chunked simple_gla equals the recurrent form for T around the chunk, 
           Tensor dfinal = state ? random_tensor({2, 2, 5, 3}, 901) : Tensor();
           auto ref = run_case(c, params(0.5, 0), dout, dfinal);
           auto got = run_case(c, params(0.5, C), dout, dfinal);
-          REQUIRE(got.size() == ref.size());
-          for (const auto& [name, t] : ref) {
-            INFO(name);
-            REQUIRE(rel_error(got.at(name), t) < 1e-12);
-          }
+          require_outputs_match(got, ref, 1e-12);
         }
       }
     }
@@ -113,10 +99,7 @@ TEST_CASE("the golden simple_gla files match through the chunked form with chunk
       DYNAMIC_SECTION(name << " C" << C) {
         GlaCase c{f.get("in.q"), f.get("in.k"), f.get("in.v"), f.get("in.g"), Tensor()};
         auto got = run_case(c, params(scale, C), f.get("grad_out.o"), Tensor());
-        REQUIRE(rel_error(got.at("o"), f.get("out.o")) < 1e-12);
-        REQUIRE(rel_error(got.at("final_state"), f.get("out.final_state")) < 1e-12);
-        for (const char* in : {"q", "k", "v", "g"})
-          REQUIRE(rel_error(got.at(str_cat("d", in)), f.get(str_cat("grad_in.", in))) < 1e-12);
+        require_golden_outputs(f, got, {"q", "k", "v", "g"});
       }
     }
   }

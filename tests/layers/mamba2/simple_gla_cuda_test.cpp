@@ -5,23 +5,30 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/cast.h"
-#include "core/rng.h"
 #include "layers/mamba2/simple_gla_op.h"
+#include "layers/op_test_util.h"
 #include "parity.h"
 
 using namespace hyb;
 
 namespace {
 
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
+// q and k (seeds seed, seed + 1), v (seed + 2), g in [-0.7, -0.01] (seed + 3) and with s0 an initial
+// state (seed + 4).
+std::vector<Tensor> gla_inputs(int64_t B, int64_t T, int64_t Gq, int64_t H, int64_t K, int64_t V, bool s0, uint64_t seed) {
+  std::vector<Tensor> in{random_tensor({B, T, Gq, K}, seed, DType::f64, 0.5), random_tensor({B, T, Gq, K}, seed + 1, DType::f64, 0.5),
+                         random_tensor({B, T, H, V}, seed + 2), uniform_tensor({B, T, H}, seed + 3, -0.7, -0.01)};
+  if (s0) in.push_back(random_tensor({B, H, K, V}, seed + 4, DType::f64, 0.5));
+  return in;
 }
 
-// The decays and the state stay f32 when the activations are bf16 (mamba2.md 2.4).
-Var state_dtype(const Var& x, const Var& like) { return like.dtype() == DType::bf16 ? cast(x, DType::f32) : x; }
+// o and the final state of q, k, v, g and (with s0) S0, at scale 0.3.
+std::vector<Var> gla_outputs(const std::vector<Var>& x, bool s0) {
+  SimpleGlaParams p;
+  p.scale = 0.3;
+  SimpleGlaVars y = simple_gla(x[0], x[1], x[2], state_dtype(x[3], x[0]), s0 ? state_dtype(x[4], x[0]) : Var(), p);
+  return {y.o, y.final_state};
+}
 
 }  // namespace
 
@@ -36,20 +43,10 @@ TEST_CASE("simple_gla on cuda matches the recurrent cpu reference, outputs and e
                         Case{1, 70, 1, 2, 256, 192, true}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Gq " << c.Gq << " H " << c.H << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "")) {
-      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Gq, c.K}, 1, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Gq, c.K}, 2, DType::f64, 0.5), random_tensor({c.B, c.T, c.H, c.V}, 3),
-                             uniform({c.B, c.T, c.H}, 4, -0.7, -0.01)};
-      if (c.s0) in.push_back(random_tensor({c.B, c.H, c.K, c.V}, 5, DType::f64, 0.5));
+      const std::vector<Tensor> in = gla_inputs(c.B, c.T, c.Gq, c.H, c.K, c.V, c.s0, 1);
       ParityOptions opt;
       opt.tol_f32 = 5e-5;  // chunked fp32 against the f64 recurrence over up to 200 steps; dg is a difference of row dots
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            SimpleGlaParams p;
-            p.scale = 0.3;
-            SimpleGlaVars y = simple_gla(x[0], x[1], x[2], state_dtype(x[3], x[0]), c.s0 ? state_dtype(x[4], x[0]) : Var(), p);
-            return std::vector<Var>{y.o, y.final_state};
-          },
-          in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return gla_outputs(x, c.s0); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
@@ -73,20 +70,10 @@ TEST_CASE("simple_gla bf16 on cuda takes the fused tensor-core kernels and match
       const Tensor vprobe = Tensor::zeros({c.B, c.T, c.H, c.V}, DType::bf16, Device::cuda(0));
       REQUIRE(simple_gla_fused_supported(probe, probe, vprobe, c.T, c.K, c.V, c.H / c.Gq));
 #endif
-      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Gq, c.K}, 11, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Gq, c.K}, 12, DType::f64, 0.5), random_tensor({c.B, c.T, c.H, c.V}, 13),
-                             uniform({c.B, c.T, c.H}, 14, -0.7, -0.01)};
-      if (c.s0) in.push_back(random_tensor({c.B, c.H, c.K, c.V}, 15, DType::f64, 0.5));
+      const std::vector<Tensor> in = gla_inputs(c.B, c.T, c.Gq, c.H, c.K, c.V, c.s0, 11);
       ParityOptions opt;
       opt.f32 = false;  // f32 runs the toolkit sequence, checked by the case above
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            SimpleGlaParams p;
-            p.scale = 0.3;
-            SimpleGlaVars y = simple_gla(x[0], x[1], x[2], state_dtype(x[3], x[0]), c.s0 ? state_dtype(x[4], x[0]) : Var(), p);
-            return std::vector<Var>{y.o, y.final_state};
-          },
-          in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return gla_outputs(x, c.s0); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }

@@ -8,6 +8,7 @@
 #include "compare.h"
 #include "core/rng.h"
 #include "layers/mamba2/simple_gla_op.h"
+#include "layers/op_test_util.h"
 
 using namespace hyb;
 
@@ -32,22 +33,10 @@ TEST_CASE("the simple_gla kernel sequence run on the cpu equals the recurrent re
       const SimpleGlaOutputs ref = simple_gla_forward(q, k, v, g, S0, p, &ref_s);
       const SimpleGlaGrads ref_g = simple_gla_backward(ref_s, dout, dfinal, GradMask{31});
 
-      auto f32 = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : Tensor(); };
-      const SimpleGlaOutputs got = simple_gla_forward_kernels(f32(q), f32(k), f32(v), f32(g), f32(S0), 0.3);
-      const SimpleGlaSaved s{f32(q), f32(k), f32(v), f32(g), f32(S0), p};
-      const SimpleGlaGrads got_g = simple_gla_backward_kernels(s, f32(dout), f32(dfinal), GradMask{31});
-      auto check = [](const char* what, const Tensor& x, const Tensor& want) {
-        INFO(what);
-        REQUIRE(x.defined() == want.defined());
-        if (want.defined()) CHECK(rel_error(x.to(DType::f64), want) < 2e-5);
-      };
-      check("o", got.o, ref.o);
-      check("final_state", got.final_state, ref.final_state);
-      check("dq", got_g.dq, ref_g.dq);
-      check("dk", got_g.dk, ref_g.dk);
-      check("dv", got_g.dv, ref_g.dv);
-      check("dg", got_g.dg, ref_g.dg);
-      check("dS0", got_g.dS0, ref_g.dS0);
+      const SimpleGlaOutputs got = simple_gla_forward_kernels(to_f32(q), to_f32(k), to_f32(v), to_f32(g), to_f32(S0), 0.3);
+      const SimpleGlaSaved s{to_f32(q), to_f32(k), to_f32(v), to_f32(g), to_f32(S0), p};
+      const SimpleGlaGrads got_g = simple_gla_backward_kernels(s, to_f32(dout), to_f32(dfinal), GradMask{31});
+      check_state_op_close(got, got_g, ref, ref_g, 2e-5);
     }
   }
 }

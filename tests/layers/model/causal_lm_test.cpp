@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "layers/mixer_test_util.h"
 #include "layers/model/causal_lm.h"
 #include "optim/adamw.h"
 
@@ -111,8 +112,6 @@ TEST_CASE("a 2-layer d=64 model learns a fixed batch: loss from ln 64 to below 0
   REQUIRE(train_fixed_batch(2, 3) != std::vector<double>(a.begin(), a.begin() + 3));
 }
 
-#include "compare.h"
-
 TEST_CASE("decoding token by token with KV caches gives the parallel forward's logits, ring wrapping past sinks + window", "[model][cpu][decode]") {
   ParameterScope f64(Device::cpu(), DType::f64);
   CausalLM lm(tiny_model(13, 16, true,
@@ -128,15 +127,7 @@ TEST_CASE("decoding token by token with KV caches gives the parallel forward's l
   for (int64_t prefill : {1, 6}) {
     DYNAMIC_SECTION("prefill " << prefill) {
       LmDecodeState st = lm.start_decode(B, Device::cpu(), DType::f64);
-      std::vector<Tensor> steps;
-      steps.push_back(lm.decode_logits(ids.narrow(1, 0, prefill).contiguous(), st, DType::f64).data().reshape({B, prefill, -1}));
-      for (int64_t t = prefill; t < T; ++t)
-        steps.push_back(lm.decode_logits(ids.narrow(1, t, 1).contiguous(), st, DType::f64).data().reshape({B, 1, -1}));
-      int64_t t = 0;
-      for (const Tensor& s : steps) {
-        REQUIRE(rel_error(s, full.narrow(1, t, s.size(1)).contiguous()) < 1e-12);
-        t += s.size(1);
-      }
+      require_rows_match(decode_logits_in_steps(lm, st, ids, prefill), full, 1e-12);
       // Window layers hold sinks + window slots whatever the length; the full layer holds >= T.
       REQUIRE(st.layers[0]->bytes() == B * (2 + 3) * 2 * 4 * 8 * 2);
     }

@@ -10,22 +10,16 @@
 
 #include "autograd/gradcheck.h"
 #include "compare.h"
-#include "core/rng.h"
 #include "core/safetensors.h"
 #include "layers/gsa/gsa_op.h"
 #include "layers/nha/nha_op.h"
+#include "layers/op_test_util.h"
 #include "layers/rope/rope_op.h"
 #include "layers/softmax_attention/attention_op.h"
 
 using namespace hyb;
 
 namespace {
-
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
-}
 
 struct NhaCase {
   Tensor q, k, v, s, g, HK0, HV0, bias;  // optional ones may be undefined
@@ -37,7 +31,7 @@ NhaCase random_case(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, in
             random_tensor({B, T, Hkv, Dv}, seed + 2)};
   if (M > 0) {
     c.s = random_tensor({B, T, Hkv, M}, seed + 3);
-    c.g = uniform({B, T, Hkv, M}, seed + 4, -0.9, -0.01);
+    c.g = uniform_tensor({B, T, Hkv, M}, seed + 4, -0.9, -0.01);
   }
   if (states) {
     c.HK0 = random_tensor({B, Hkv, D, M}, seed + 5);

@@ -14,13 +14,12 @@
 #include <algorithm>
 
 #include "autograd/gradcheck.h"
-#include "autograd/ops/cast.h"
 #include "compare.h"
-#include "core/rng.h"
+#include "layers/mixer_test_util.h"
 #include "layers/nha/nha.h"
 #include "layers/nha/nha_config.h"
 #include "layers/nha/nha_op.h"
-#include "layers/mixer_test_util.h"
+#include "layers/op_test_util.h"
 #include "layers/registry.h"
 #include "parity.h"
 
@@ -29,21 +28,55 @@ using json = nlohmann::json;
 
 namespace {
 
-Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  fill_uniform(t, seed, "test.uniform", lo, hi);
-  return t;
-}
-
-// Write weights, gates and memories stay f32 when the activations are bf16.
-Var state_dtype(const Var& x, const Var& like) { return like.dtype() == DType::bf16 ? cast(x, DType::f32) : x; }
-
 json resolved(const json& written, int64_t d_model) {
   return resolve_test_mixer("nha", written, {.d_model = d_model, .max_seq_len = 128});
 }
 
 MixerContext mixer_context(int64_t d_model) {
   return test_mixer_context({.d_model = d_model, .max_seq_len = 128}, "family", true);
+}
+
+// q, k (seeds seed, seed + 1), v (seed + 2); with slots (M > 0) s in [0, 1] and g in [glo, -0.01]
+// (seed + 3, + 4); with states the initial memories (seed + 5, + 6); with bias a window bias of
+// min(window, T) + bias_extra columns (seed + 7; window < 0 is unlimited).
+std::vector<Tensor> nha_inputs(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, int64_t M, int64_t window,
+                               bool states, bool bias, int64_t bias_extra, uint64_t seed, double glo) {
+  const int64_t W = window < 0 ? T : std::min(window, T);
+  std::vector<Tensor> in{random_tensor({B, T, Hq, D}, seed, DType::f64, 0.5), random_tensor({B, T, Hkv, D}, seed + 1, DType::f64, 0.5),
+                         random_tensor({B, T, Hkv, Dv}, seed + 2)};
+  if (M > 0) {
+    in.push_back(uniform_tensor({B, T, Hkv, M}, seed + 3, 0.0, 1.0));
+    in.push_back(uniform_tensor({B, T, Hkv, M}, seed + 4, glo, -0.01));
+  }
+  if (states) {
+    in.push_back(random_tensor({B, Hkv, D, M}, seed + 5, DType::f64, 0.5));
+    in.push_back(random_tensor({B, Hkv, M, Dv}, seed + 6, DType::f64, 0.5));
+  }
+  if (bias) in.push_back(random_tensor({Hq, W + bias_extra}, seed + 7, DType::f64, 0.5));
+  return in;
+}
+
+// The op on the inputs of nha_inputs: o, with slots the final memories, and omega_L where p asks.
+std::vector<Var> nha_outputs(const std::vector<Var>& x, const NhaParams& p, bool slots, bool states, bool bias) {
+  size_t i = 3;
+  Var s, g, HK0, HV0, w_bias;
+  if (slots) {
+    s = state_dtype(x[i++], x[0]);
+    g = state_dtype(x[i++], x[0]);
+  }
+  if (states) {
+    HK0 = state_dtype(x[i++], x[0]);
+    HV0 = state_dtype(x[i++], x[0]);
+  }
+  if (bias) w_bias = x[i++];
+  NhaVars y = nha(x[0], x[1], x[2], s, g, HK0, HV0, w_bias, p);
+  std::vector<Var> out{y.o};
+  if (slots) {
+    out.push_back(y.HK);
+    out.push_back(y.HV);
+  }
+  if (p.long_ratio) out.push_back(Var(y.long_ratio));
+  return out;
 }
 
 }  // namespace
@@ -71,50 +104,17 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
   };
   for (const Regime& c : regimes) {
     DYNAMIC_SECTION(c.name) {
-      const int64_t W = c.window < 0 ? c.T : std::min(c.window, c.T);
-      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.D}, 1, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.D}, 2, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.Dv}, 3)};
-      if (c.M > 0) {
-        in.push_back(uniform({c.B, c.T, c.Hkv, c.M}, 4, 0.0, 1.0));
-        in.push_back(uniform({c.B, c.T, c.Hkv, c.M}, 5, -0.9, -0.01));
-      }
-      if (c.states) {
-        in.push_back(random_tensor({c.B, c.Hkv, c.D, c.M}, 6, DType::f64, 0.5));
-        in.push_back(random_tensor({c.B, c.Hkv, c.M, c.Dv}, 7, DType::f64, 0.5));
-      }
-      if (c.bias) in.push_back(random_tensor({c.Hq, W + 2}, 8, DType::f64, 0.5));
+      const std::vector<Tensor> in =
+          nha_inputs(c.B, c.T, c.Hq, c.Hkv, c.D, c.Dv, c.M, c.window, c.states, c.bias, 2, 1, -0.9);
       ParityOptions opt;
       opt.tol_f32 = 5e-5;  // chunked fp32 against the f64 recurrence; dg sums differences
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            size_t i = 3;
-            Var s, g, HK0, HV0, bias;
-            if (c.M > 0) {
-              s = state_dtype(x[i++], x[0]);
-              g = state_dtype(x[i++], x[0]);
-            }
-            if (c.states) {
-              HK0 = state_dtype(x[i++], x[0]);
-              HV0 = state_dtype(x[i++], x[0]);
-            }
-            if (c.bias) bias = x[i++];
-            NhaParams p;
-            p.window = c.window;
-            p.shift = c.shift;
-            p.rope = c.rope;
-            p.scale = 0.5;
-            p.long_ratio = c.ratio;
-            NhaVars y = nha(x[0], x[1], x[2], s, g, HK0, HV0, bias, p);
-            std::vector<Var> out{y.o};
-            if (c.M > 0) {
-              out.push_back(y.HK);
-              out.push_back(y.HV);
-            }
-            if (c.ratio) out.push_back(Var(y.long_ratio));
-            return out;
-          },
-          in, opt);
+      NhaParams p;
+      p.window = c.window;
+      p.shift = c.shift;
+      p.rope = c.rope;
+      p.scale = 0.5;
+      p.long_ratio = c.ratio;
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return nha_outputs(x, p, c.M > 0, c.states, c.bias); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
@@ -157,48 +157,15 @@ TEST_CASE("nha on cuda matches the cpu reference over several query tiles of the
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name << ": B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D
                            << " Dv " << c.Dv << " M " << c.M << " w " << c.window << " shift " << c.shift) {
-      const int64_t W = c.window < 0 ? c.T : std::min(c.window, c.T);
-      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.D}, 11, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.D}, 12, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.Dv}, 13)};
-      if (c.M > 0) {
-        in.push_back(uniform({c.B, c.T, c.Hkv, c.M}, 14, 0.0, 1.0));
-        in.push_back(uniform({c.B, c.T, c.Hkv, c.M}, 15, c.glo, -0.01));
-      }
-      if (c.states) {
-        in.push_back(random_tensor({c.B, c.Hkv, c.D, c.M}, 16, DType::f64, 0.5));
-        in.push_back(random_tensor({c.B, c.Hkv, c.M, c.Dv}, 17, DType::f64, 0.5));
-      }
-      if (c.bias) in.push_back(random_tensor({c.Hq, W + 3}, 18, DType::f64, 0.5));
+      const std::vector<Tensor> in =
+          nha_inputs(c.B, c.T, c.Hq, c.Hkv, c.D, c.Dv, c.M, c.window, c.states, c.bias, 3, 11, c.glo);
       ParityOptions opt;
       opt.tol_f32 = 5e-5;  // chunked fp32 against the f64 recurrence; dg sums differences
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            size_t i = 3;
-            Var s, g, HK0, HV0, bias;
-            if (c.M > 0) {
-              s = state_dtype(x[i++], x[0]);
-              g = state_dtype(x[i++], x[0]);
-            }
-            if (c.states) {
-              HK0 = state_dtype(x[i++], x[0]);
-              HV0 = state_dtype(x[i++], x[0]);
-            }
-            if (c.bias) bias = x[i++];
-            NhaParams p;
-            p.window = c.window;
-            p.shift = c.shift;
-            p.long_ratio = c.ratio;
-            NhaVars y = nha(x[0], x[1], x[2], s, g, HK0, HV0, bias, p);
-            std::vector<Var> out{y.o};
-            if (c.M > 0) {
-              out.push_back(y.HK);
-              out.push_back(y.HV);
-            }
-            if (c.ratio) out.push_back(Var(y.long_ratio));
-            return out;
-          },
-          in, opt);
+      NhaParams p;
+      p.window = c.window;
+      p.shift = c.shift;
+      p.long_ratio = c.ratio;
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return nha_outputs(x, p, c.M > 0, c.states, c.bias); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
@@ -227,25 +194,14 @@ TEST_CASE("NHA on cuda: decoding token by token and from prefills equals the par
     ParameterScope f32(Device::cuda(0), DType::f32);
     NhaMixer layer(nha_config_from_json(resolved(m, 16)), mixer_context(16));
     layer.initialize(7);
-    for (const auto& p : layer.named_parameters()) fill_normal(p.var.data(), 8, p.name, 0.0, 0.3);
-    NoGradGuard no_grad;
-    const int64_t B = 2, T = 70;  // past one chunk of the slot memory
-    const Tensor x = random_tensor({B, T, 16}, 9, DType::f32).to(Device::cuda(0));
-    const Tensor full = layer.forward(Var(x)).data().to(Device::cpu()).to(DType::f64);
-    for (int64_t prefill : {0, 1, 66}) {
-      DYNAMIC_SECTION(name << " prefill " << prefill) {
-        auto state = layer.start_decode(B, Device::cuda(0), DType::f32);
-        std::vector<Tensor> outs;
-        if (prefill > 0) outs.push_back(layer.decode(Var(x.narrow(1, 0, prefill).contiguous()), *state).data());
-        for (int64_t t = prefill; t < T; ++t)
-          outs.push_back(layer.decode(Var(x.narrow(1, t, 1).contiguous()), *state).data());
-        int64_t t = 0;
-        for (const Tensor& o : outs) {
-          INFO("rows " << t << " .. " << t + o.size(1));
-          REQUIRE(rel_error(o.to(Device::cpu()).to(DType::f64), full.narrow(1, t, o.size(1)).contiguous()) < 1e-4);
-          t += o.size(1);
-        }
-      }
-    }
+    randomize_parameters(layer, 8, 0.3);
+    // T 70: past one chunk of the slot memory.
+    require_mixer_decode_matches_forward(layer, {.device = Device::cuda(0),
+                                                 .dtype = DType::f32,
+                                                 .d_model = 16,
+                                                 .T = 70,
+                                                 .prefills = {0, 1, 66},
+                                                 .tol = 1e-4,
+                                                 .name = name + " "});
   }
 }

@@ -8,18 +8,18 @@
 #include <map>
 
 #include "autograd/gradcheck.h"
-#include "compare.h"
-#include "core/rng.h"
 #include "autograd/ops/binary.h"
 #include "autograd/ops/shape_ops.h"
 #include "autograd/ops/unary.h"
+#include "compare.h"
+#include "core/rng.h"
 #include "layers/linear/linear_op.h"
+#include "layers/mixer_test_util.h"
 #include "layers/model/causal_lm.h"
 #include "layers/nha/nha.h"
+#include "layers/nha/nha_config.h"
 #include "layers/nha/nha_op.h"
 #include "layers/norm/rmsnorm_op.h"
-#include "layers/nha/nha_config.h"
-#include "layers/mixer_test_util.h"
 #include "layers/registry.h"
 
 using namespace hyb;
@@ -55,12 +55,7 @@ struct Pair {
 };
 
 std::string error_of(const json& mixer, int64_t d_model) {
-  try {
-    resolved(mixer, d_model);
-  } catch (const ConfigKeyError& e) {
-    return e.what();
-  }
-  return "";
+  return config_error([&] { resolved(mixer, d_model); });
 }
 
 const std::vector<std::pair<std::string, json>> kVariants = {
@@ -84,16 +79,9 @@ const std::vector<std::pair<std::string, json>> kVariants = {
 
 TEST_CASE("every NHA parameter and the layer input have gradients matching finite differences, in every ablation",
           "[nha][cpu][grad]") {
-  for (const auto& [name, variant] : kVariants) {
-    DYNAMIC_SECTION(name) {
-      ParameterScope f64(Device::cpu(), DType::f64);
-      NhaMixer layer(nha_config_from_json(small(variant)), mixer_context(8));
-      layer.initialize(1);
-      randomize_parameters(layer, 2);
-      Var x(random_tensor({1, 9, 8}, 3), true);
-      require_mixer_gradcheck(layer, x);
-    }
-  }
+  require_mixer_gradchecks(kVariants, 8, 9, [](const json& variant, int64_t d) -> std::unique_ptr<Mixer> {
+    return std::make_unique<NhaMixer>(nha_config_from_json(small(variant)), mixer_context(d));
+  });
 }
 
 TEST_CASE("NHA decoding token by token and from prefills equals the parallel forward, in every ablation",
