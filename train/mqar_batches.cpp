@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "train/loader_batches.h"
 
 namespace hyb {
 
@@ -37,12 +38,7 @@ void MqarBatches::next(Tensor* inputs, Tensor* targets) {
     const auto [lo, hi] = rank_share(batch_size_, rank_, world_);
     share_ = {all.inputs.narrow(0, lo, hi - lo).contiguous(), all.targets.narrow(0, lo, hi - lo).contiguous()};
   }
-  const int64_t rows = share_.inputs.size(0);
-  HYB_CHECK(rows % grad_accum_ == 0, "train: ", rows, " sequences per rank and step do not split into grad_accum = ",
-            grad_accum_, " micro-batches");
-  const int64_t b = rows / grad_accum_;
-  *inputs = share_.inputs.narrow(0, micro_ * b, b).contiguous();
-  *targets = share_.targets.narrow(0, micro_ * b, b).contiguous();
+  take_micro_batch(share_, grad_accum_, micro_, inputs, targets);
   micro_ = (micro_ + 1) % grad_accum_;
 }
 
