@@ -77,7 +77,7 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
         // Every window is scored once over the job.
         const auto [first, last] = rank_share(windows->count(), r, w);
         PplResult p = evaluate_ppl(m, *windows, micro, device, compute, first, last - first);
-        return ValidationResult{p.nll_sum, p.windows, p.targets, p.correct};
+        return ValidationResult{p.nll_sum, p.windows, p.targets, p.correct, {}, nullptr};
       };
     }
   }
