@@ -67,7 +67,7 @@ TEST_CASE("mqar examples hold keys, values, context, queries and labels as eval.
     for (auto [T, N] : std::vector<std::pair<int64_t, int64_t>>{{64, 4}, {64, 16}, {128, 32}, {20, 5}}) {
       MqarSpec s{.vocab = 256, .seq_len = T, .n_kv = N, .power_a = 0.01, .random_fill = fill};
       RngStream rng(7, "mqar.train");
-      for (int i = 0; i < 200; ++i) check_invariants(s, mqar_example(s, rng));
+      for (int i = 0; i < 1250; ++i) check_invariants(s, mqar_example(s, rng));  // 10,000 examples in all
     }
   }
 }
