@@ -4,7 +4,8 @@
 // the NHA long-term ratio probe on the same windows (eval.md 6.1: a probe.omega_l record, and with
 // --svg the layer x position heat map). --set applies to the checkpoint's resolved config
 // before the model is built (a layer's window can change; a shape change fails at load naming the
-// tensor). The record goes to DIR/eval.jsonl (or --out).
+// tensor). The record goes to DIR/eval.jsonl (or --out). `hybrid eval mqar ...` is the MQAR recall
+// evaluation (eval/mqar_cmd.cpp); `hybrid eval ppl ...` names this default.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -24,7 +25,12 @@ namespace hyb {
 
 namespace fs = std::filesystem;
 
+int cmd_eval_mqar(Args& args);
+
 int cmd_eval(Args& args) {
+  const std::optional<std::string> sub = args.subcommand();
+  if (sub == "mqar") return cmd_eval_mqar(args);
+  HYB_CHECK(!sub || sub == "ppl", "eval: unknown evaluation \"", *sub, "\" (ppl or mqar)");
   const std::string dir = args.value("--checkpoint");
   std::vector<std::string> data = args.values("--data");
   std::vector<std::string> sets = args.values("--set");

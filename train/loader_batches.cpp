@@ -2,14 +2,18 @@
 
 namespace hyb {
 
+void take_micro_batch(const Batch& step, int64_t grad_accum, int64_t micro, Tensor* inputs, Tensor* targets) {
+  const int64_t rows = step.inputs.size(0);
+  HYB_CHECK(rows % grad_accum == 0, "train: ", rows, " sequences per rank and step do not split into grad_accum = ",
+            grad_accum, " micro-batches");
+  const int64_t b = rows / grad_accum;
+  *inputs = step.inputs.narrow(0, micro * b, b).contiguous();
+  *targets = step.targets.narrow(0, micro * b, b).contiguous();
+}
+
 void LoaderBatches::next(Tensor* inputs, Tensor* targets) {
   if (micro_ == 0) step_ = loader_.next_batch();
-  const int64_t rows = step_.inputs.size(0);
-  HYB_CHECK(rows % grad_accum_ == 0, "train: ", rows, " sequences per rank and step do not split into grad_accum = ",
-            grad_accum_, " micro-batches");
-  const int64_t b = rows / grad_accum_;
-  *inputs = step_.inputs.narrow(0, micro_ * b, b).contiguous();
-  *targets = step_.targets.narrow(0, micro_ * b, b).contiguous();
+  take_micro_batch(step_, grad_accum_, micro_, inputs, targets);
   micro_ = (micro_ + 1) % grad_accum_;
 }
 

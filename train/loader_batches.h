@@ -7,6 +7,9 @@
 
 namespace hyb {
 
+// Micro-batch `micro` of one step's rows cut into grad_accum equal parts (an error when they do not split).
+void take_micro_batch(const Batch& step, int64_t grad_accum, int64_t micro, Tensor* inputs, Tensor* targets);
+
 class LoaderBatches : public BatchSource {
  public:
   LoaderBatches(DataLoader& loader, int64_t grad_accum) : loader_(loader), grad_accum_(grad_accum) {}

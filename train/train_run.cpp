@@ -5,10 +5,12 @@
 #include <filesystem>
 
 #include "data/loader.h"
+#include "eval/mqar.h"
 #include "eval/perplexity.h"
 #include "train/checkpoint.h"
 #include "train/config/config_param_groups.h"
 #include "train/loader_batches.h"
+#include "train/mqar_batches.h"
 #include "train/model_from_config.h"
 #include "train/trainer.h"
 
@@ -19,7 +21,6 @@ namespace fs = std::filesystem;
 TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Communicator* comm) {
   const TrainConfig& tc = *rc.train;
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
-  HYB_CHECK(rc.data.task == "lm", "train: data.task \"", rc.data.task, "\" is not supported by this trainer yet");
   HYB_CHECK(tc.batch_size % (int64_t(tc.grad_accum) * world) == 0, "train: train.batch_size = ", tc.batch_size,
             " does not split into train.grad_accum = ", tc.grad_accum, " micro-steps on ", world,
             " ranks (batch_size must be a multiple of grad_accum * ranks, config.md 6.2)");
@@ -39,26 +40,46 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
     spdlog::info("model: {} layers, d_model {}, {} parameters ({} non-embedding)", mc.layers.size(), mc.d_model,
                  n_params, n_params - n_emb);
 
-  DataStreams streams = open_data_streams(rc.data.files.train, rc.data.files.val, rc.data.val_fraction);
-  DataLoader loader(streams.train, {.seq_len = rc.data.seq_len,
-                                    .batch_size = tc.batch_size,
-                                    .shuffle = rc.data.shuffle,
-                                    .seed = tc.seed,
-                                    .rank = rank,
-                                    .world_size = world,
-                                    .vocab_size = mc.real_vocab});
-  LoaderBatches batches(loader, tc.grad_accum);
+  std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<BatchSource> batches;
   ValidateFn validate;
-  if (streams.val.size() > 0) {
-    auto windows = std::make_shared<EvalWindows>(streams.val, rc.data.seq_len, mc.real_vocab, rc.eval.max_windows.value_or(-1));
-    const Device device = tc.device;
-    const DType compute = tc.compute;
-    validate = [windows, micro, device, compute](CausalLM& m, int r, int w) {
-      // Every window is scored once over the job.
-      const auto [first, last] = rank_share(windows->count(), r, w);
-      PplResult p = evaluate_ppl(m, *windows, micro, device, compute, first, last - first);
-      return ValidationResult{p.nll_sum, p.windows, p.targets, p.correct};
+  const Device device = tc.device;
+  const DType compute = tc.compute;
+  if (rc.data.mqar) {
+    const MqarConfig& mq = *rc.data.mqar;
+    batches = std::make_unique<MqarBatches>(mq, tc.batch_size, tc.grad_accum, tc.seed, rank, world);
+    auto test = std::make_shared<MqarTestSet>(mq);
+    validate = [test, mq, micro, device, compute](CausalLM& m, int r, int w) {
+      MqarScore s = evaluate_mqar(m, *test, micro, device, compute, r, w);
+      ValidationResult v{s.nll_sum(), 0, s.labelled(), 0, s.sums(), nullptr};
+      v.task_record = [s, mq](const RecordEnvelope& env, const std::vector<double>& sums) {
+        MqarScore total = s;
+        total.set_sums(sums);
+        spdlog::info("mqar: recall score {:.1f}%", 100 * total.recall_score());
+        return mqar_record(total, mq, "", env);
+      };
+      return v;
     };
+  } else {
+    DataStreams streams = open_data_streams(rc.data.files.train, rc.data.files.val, rc.data.val_fraction);
+    loader = std::make_unique<DataLoader>(streams.train, LoaderOptions{.seq_len = rc.data.seq_len,
+                                                                      .batch_size = tc.batch_size,
+                                                                      .shuffle = rc.data.shuffle,
+                                                                      .seed = tc.seed,
+                                                                      .rank = rank,
+                                                                      .world_size = world,
+                                                                      .vocab_size = mc.real_vocab});
+    batches = std::make_unique<LoaderBatches>(*loader, tc.grad_accum);
+    if (streams.val.size() > 0) {
+      auto windows =
+          std::make_shared<EvalWindows>(streams.val, rc.data.seq_len, mc.real_vocab, rc.eval.max_windows.value_or(-1));
+      validate = [windows, micro, device, compute](CausalLM& m, int r, int w) {
+        // Every window is scored once over the job.
+        const auto [first, last] = rank_share(windows->count(), r, w);
+        PplResult p = evaluate_ppl(m, *windows, micro, device, compute, first, last - first);
+        return ValidationResult{p.nll_sum, p.windows, p.targets, p.correct, {}, nullptr};
+      };
+    }
   }
 
   TrainerOptions opt;
@@ -98,7 +119,7 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
     HYB_ASSERT(false, "parameter ", p.name, " without optimizer settings");
   };
 
-  Trainer trainer(*model, batches, validate, opt, rule);
+  Trainer trainer(*model, *batches, validate, opt, rule);
   if (!resume_dir.empty()) trainer.resume_from(resume_dir);
   trainer.run();
   return {trainer.step(), trainer.last_loss(), trainer.last_val_loss(), bool(validate)};

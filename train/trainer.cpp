@@ -176,13 +176,23 @@ void Trainer::validate_and_log() {
   if (opt_.comm) {
     const std::vector<double> sums = opt_.comm->all_reduce_host(
         {v.nll_sum, double(v.targets), double(v.correct), double(v.windows)}, ReduceOp::sum, opt_.device);
-    v = {sums[0], int64_t(sums[3]), int64_t(sums[1]), int64_t(sums[2])};
+    v.nll_sum = sums[0];
+    v.windows = int64_t(sums[3]);
+    v.targets = int64_t(sums[1]);
+    v.correct = int64_t(sums[2]);
+    if (!v.task_sums.empty()) v.task_sums = opt_.comm->all_reduce_host(v.task_sums, ReduceOp::sum, opt_.device);
   }
   last_val_loss_ = v.loss();
   schedule_.on_validation(v.loss());
   if (!main_rank()) return;
   RecordEnvelope env = opt_.envelope;
   env.step = step_;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (v.task_record) {
+    append_record(metrics_path_, v.task_record(env, v.task_sums));
+    spdlog::info("step {} | val_loss {:.4f} | validated in {}", step_, v.loss(), format_duration(secs));
+    return;
+  }
   append_record(metrics_path_, Record("ppl", env)
                                    .add("split", "val")
                                    .add("windows", v.windows)
@@ -190,7 +200,6 @@ void Trainer::validate_and_log() {
                                    .add("loss", v.loss())
                                    .add("ppl", std::exp(v.loss()))
                                    .add("token_acc", v.targets ? double(v.correct) / double(v.targets) : 0.0));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("step {} | val_loss {:.4f} | val_ppl {:.2f} | {} windows in {}", step_, v.loss(), std::exp(v.loss()),
                v.windows, format_duration(secs));
 }

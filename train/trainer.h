@@ -12,6 +12,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "eval/records.h"
 #include "layers/model/causal_lm.h"
@@ -38,6 +39,10 @@ struct ValidationResult {
   double nll_sum = 0;
   int64_t windows = 0, targets = 0, correct = 0;
   double loss() const { return targets ? nll_sum / double(targets) : 0.0; }
+  // A task with a record of its own (MQAR, eval.md 4.3) adds its sums here, which ranks add up
+  // too, and builds its record from the total in place of the `ppl` record.
+  std::vector<double> task_sums;
+  std::function<Record(const RecordEnvelope& env, const std::vector<double>& sums)> task_record;
 };
 // Scores this rank's share of the validation windows (rank of world).
 using ValidateFn = std::function<ValidationResult(CausalLM& model, int rank, int world)>;

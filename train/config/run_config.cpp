@@ -25,6 +25,12 @@ std::vector<MqarSegment> segments(const Json& list) {
 
 }  // namespace
 
+MqarConfig mqar_config_from_json(const Json& q) {
+  return {q.at("vocab").get<int64_t>(), q.at("power_a").get<double>(), q.at("random_fill").get<bool>(),
+          segments(q.at("segments")), segments(q.at("test_segments")), q.at("test_examples").get<int64_t>(),
+          q.at("test_seed").get<int64_t>(), opt_int(q.at("train_examples"))};
+}
+
 void fill_typed_config(RunConfig& rc) {
   const Json& r = rc.resolved;
   rc.name = r.at("name").get<std::string>();
@@ -55,10 +61,7 @@ void fill_typed_config(RunConfig& rc) {
     dc.val_fraction = d.at("val_fraction").get<double>();
     dc.shuffle = d.at("shuffle").get<bool>();
   } else {
-    const Json& q = d.at("mqar");
-    dc.mqar = MqarConfig{q.at("vocab").get<int64_t>(), q.at("power_a").get<double>(), q.at("random_fill").get<bool>(),
-                         segments(q.at("segments")), segments(q.at("test_segments")), q.at("test_examples").get<int64_t>(),
-                         q.at("test_seed").get<int64_t>(), opt_int(q.at("train_examples"))};
+    dc.mqar = mqar_config_from_json(d.at("mqar"));
   }
 
   if (r.contains("train")) {

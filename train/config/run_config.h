@@ -105,5 +105,7 @@ struct RunConfig {
 
 // The typed view of a resolved config (no checks: `resolved` came out of resolution).
 void fill_typed_config(RunConfig& rc);
+// A resolved data.mqar object (resolve_mqar's output) as its typed view.
+MqarConfig mqar_config_from_json(const Json& resolved_mqar);
 
 }  // namespace hyb
