@@ -561,8 +561,9 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   const Tensor q = chunk_mma::rows16(sv.q), k = chunk_mma::rows16(sv.k), v = chunk_mma::rows16(sv.v);
   const Tensor dout = chunk_mma::rows16(dout0);
   const Tensor beta = sv.beta.contiguous(), g = sv.g.contiguous();
-  const Tensor S0 = sv.S0.defined() ? sv.S0.contiguous() : Tensor();
-  const Tensor dfinal = dfinal0.defined() ? dfinal0.contiguous() : Tensor();
+  // The states are read in float2 pieces.
+  const Tensor S0 = sv.S0.defined() ? chunk_mma::rows16(sv.S0) : Tensor();
+  const Tensor dfinal = dfinal0.defined() ? chunk_mma::rows16(dfinal0) : Tensor();
   const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(gd.K));
   const Device dev = q.device();
   const gdn::Dims d = gdn::dims_of(gd);

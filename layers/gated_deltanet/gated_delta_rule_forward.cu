@@ -401,7 +401,8 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
                                                  double scale) {
   const GatedDeltaDims gd = gated_delta_rule_dims("gated_delta_rule_forward", q0, k0, v0, beta0, g0, S00);
   const Tensor q = chunk_mma::rows16(q0), k = chunk_mma::rows16(k0), v = chunk_mma::rows16(v0);
-  const Tensor beta = beta0.contiguous(), g = g0.contiguous(), S0 = S00.defined() ? S00.contiguous() : Tensor();
+  const Tensor beta = beta0.contiguous(), g = g0.contiguous();
+  const Tensor S0 = S00.defined() ? chunk_mma::rows16(S00) : Tensor();  // read in float2 pieces
   const Device dev = q.device();
   const gdn::Dims d = gdn::dims_of(gd);
   cudaStream_t stream = current_stream(dev.index);

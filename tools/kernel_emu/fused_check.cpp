@@ -4,7 +4,7 @@
 //   fused_check selfcheck   simple_gla, whose fused path is proven on the GPU: checks the emulator
 //   fused_check gdn         gated_delta_rule, small shapes, strong and weak decays (seconds)
 //   fused_check tiles       gated_delta_rule at every compiled tile configuration (minutes)
-//   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay
+//   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -42,17 +42,18 @@ void check(const char* what, const Tensor& got, const Tensor& want) {
 struct GdnCase {
   int64_t B, T, H, HV, K, V;
   bool s0, zero_beta, weak_decay;
+  double beta_hi = 0.95;  // 1.95: allow_neg_eigval's beta in (0, 2)
 };
 
 void run_gdn(const GdnCase& c) {
-  std::printf("gated_delta_rule B %ld T %ld H %ld HV %ld K %ld V %ld%s%s g in %s\n", c.B, c.T, c.H, c.HV, c.K, c.V,
-              c.s0 ? " S0" : "", c.zero_beta ? " beta 0 on tokens 40..109" : "",
-              c.weak_decay ? "[-0.05, -0.001]" : "[-0.6, -0.02]");
+  std::printf("gated_delta_rule B %ld T %ld H %ld HV %ld K %ld V %ld%s%s g in %s, beta up to %g\n", c.B, c.T, c.H, c.HV,
+              c.K, c.V, c.s0 ? " S0" : "", c.zero_beta ? " beta 0 on tokens 40..109" : "",
+              c.weak_decay ? "[-0.05, -0.001]" : "[-0.6, -0.02]", c.beta_hi);
   auto unit = [&](uint64_t s) {
     return rounded(l2norm_forward(random_tensor({c.B, c.T, c.H, c.K}, s), 1e-12, L2NormEps::clamp, nullptr), DType::bf16);
   };
   const Tensor q = unit(1), k = unit(2), v = rounded(random_tensor({c.B, c.T, c.HV, c.V}, 3), DType::bf16);
-  Tensor beta = uniform({c.B, c.T, c.HV}, 4, 0.05, 0.95);
+  Tensor beta = uniform({c.B, c.T, c.HV}, 4, 0.05, c.beta_hi);
   if (c.zero_beta && c.T > 40) {
     const int64_t n = std::min<int64_t>(70, c.T - 40);
     beta.narrow(1, 40, n).copy_(Tensor::zeros({c.B, n, c.HV}, DType::f64));
@@ -121,7 +122,8 @@ int main(int argc, char** argv) {
                                GdnCase{1, 64, 1, 1, 64, 64, true, false, weak}, GdnCase{1, 150, 2, 2, 16, 16, true, true, weak},
                                GdnCase{1, 1, 1, 2, 8, 8, true, false, weak}, GdnCase{2, 63, 2, 4, 32, 24, true, false, weak},
                                GdnCase{1, 65, 2, 2, 24, 72, true, false, weak}, GdnCase{1, 70, 1, 1, 128, 256, true, false, weak},
-                               GdnCase{1, 97, 2, 4, 128, 40, false, false, weak}})
+                               GdnCase{1, 97, 2, 4, 128, 40, false, false, weak},
+                               GdnCase{2, 130, 2, 4, 16, 16, true, false, weak, 1.95}, GdnCase{1, 130, 1, 1, 64, 64, true, false, weak, 1.95}})
         run_gdn(c);
   } else if (what == "tiles") {  // scan column tiles 32 and 64 need B HV ceil(V / tile) >= 132 blocks
     for (const GdnCase& c : {GdnCase{1, 65, 66, 66, 32, 64, true, false, true}, GdnCase{2, 65, 66, 66, 24, 64, false, false, true},
@@ -130,15 +132,15 @@ int main(int argc, char** argv) {
   } else if (what.rfind("one:", 0) == 0) {
     GdnCase c{};
     int s0 = 0, zb = 0, weak = 0;
-    if (std::sscanf(what.c_str() + 4, "%ld,%ld,%ld,%ld,%ld,%ld,%d,%d,%d", &c.B, &c.T, &c.H, &c.HV, &c.K, &c.V, &s0, &zb,
-                    &weak) != 9) {
-      std::fprintf(stderr, "fused_check: one:B,T,H,HV,K,V,s0,zero_beta,weak_decay\n");
+    if (std::sscanf(what.c_str() + 4, "%ld,%ld,%ld,%ld,%ld,%ld,%d,%d,%d,%lf", &c.B, &c.T, &c.H, &c.HV, &c.K, &c.V, &s0, &zb,
+                    &weak, &c.beta_hi) < 9) {
+      std::fprintf(stderr, "fused_check: one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
       return 2;
     }
     c.s0 = s0, c.zero_beta = zb, c.weak_decay = weak;
     run_gdn(c);
   } else {
-    std::fprintf(stderr, "fused_check: selfcheck | gdn | tiles | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay\n");
+    std::fprintf(stderr, "fused_check: selfcheck | gdn | tiles | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
     return 2;
   }
   std::printf(all_ok ? "all within %g\n" : "FAILED (tolerance %g)\n", kTol);
