@@ -1,12 +1,13 @@
 // The fused bf16 CUDA backward of the gated delta rule (gated_deltanet.md 4.4), mma.sync m16n8k16 on
 // bf16 shared-memory tiles with fp32 accumulation, chunks of 64 tokens:
-//   stage 0         run_wy (gated_delta_rule_forward.cu): W, U and the chunk-start states S_c again;
-//   scan_kernel     stage 1, sequential over the chunks in reverse per (b, value head, VS columns), D
-//                   (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
-//                   D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T) formed
-//                   per chunk in the kernel; writes dU and the bf16 snapshot D_c of every chunk;
-//   backward_kernel stages 2 and 3 per (chunk, b, value head) in parallel: dQ, dK, dV, dbeta and dG,
-//                   then dg = the reverse cumsum of dG within the chunk.
+//   stage 0                      run_wy (gated_delta_rule_forward.cu): W, U and the chunk-start states
+//                                S_c again;
+//   backward_scan_kernel         stage 1, sequential over the chunks in reverse per (b, value head, VS
+//                                columns), D (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
+//                                D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T)
+//                                formed per chunk in the kernel; writes dU and the bf16 snapshot D_c;
+//   backward_intra_chunk_kernel  stages 2 and 3 per (chunk, b, value head) in parallel: dQ, dK, dV,
+//                                dbeta and dG, then dg = the reverse cumsum of dG within the chunk.
 // Shared q/k heads (HV > H): per-value-head dQ and dK go to fp32 chunk scratch and are summed over the
 // value heads of each q/k head in head order (chunk_to_tokens; no atomics).
 #include <cuda_bf16.h>
@@ -44,7 +45,7 @@ using chunk_mma::zero;
 constexpr int kScanThreads = 128;  // 4 warps: token rows [16w, 16w + 16), state rows [w KT / 4, (w + 1) KT / 4)
 
 template <int KT, int VS>
-struct ScanSmem {
+struct BackwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
   static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;  // one prefetch stage: Q, K, W, dO, raw g
   static constexpr size_t kQ = 0;                               // + p kBuf: bf16 [64][KT + 8]
@@ -60,7 +61,7 @@ struct ScanSmem {
   static constexpr size_t kBytes = kGw + 4 * kC * 4;
 };
 
-struct ScanArgs {
+struct BackwardScanArgs {
   const bf16x *q, *k;    // (B, T, H, K)
   const bf16x* W;        // (B, HV, NC, 64, K)
   const bf16x* dout;     // (B, T, HV, V)
@@ -72,7 +73,7 @@ struct ScanArgs {
   float scale;
 };
 
-// Grid (ceil(V / VS), B HV), kScanThreads; smem ScanSmem<KT, VS> (110 KiB at KT = VS = 64). Per chunk,
+// Grid (ceil(V / VS), B HV), kScanThreads; smem BackwardScanSmem<KT, VS> (110 KiB at KT = VS = 64). Per chunk,
 // c = NC-1 .. 0, with D = D_c:
 //   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
 //   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows
@@ -80,8 +81,8 @@ struct ScanArgs {
 // writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
 // warp keeps its own copy of the chunk's G, so no barrier guards the gates.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) {
-  using L = ScanSmem<KT, VS>;
+__global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, Dims d) {
+  using L = BackwardScanSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sP = reinterpret_cast<bf16x*>(smem + L::kP);
@@ -183,10 +184,10 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
 // ---------------------------------------------------------------------------------------------------
 // Stages 2 and 3.
 
-constexpr int kThreads = 256;  // 8 warps: warp w owns token rows [16 (w % 4), +16) and column half w / 4
+constexpr int kIntraChunkThreads = 256;  // 8 warps: warp w owns token rows [16 (w % 4), +16) and column half w / 4
 
 template <int KT>
-struct BackwardSmem {
+struct IntraChunkSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2, kKTile = size_t(kC) * (KT + 8) * 2;
   static constexpr size_t kQ = 0;                  // bf16 [64][KT + 8]
   static constexpr size_t kK = kKTile;             // bf16 [64][KT + 8]
@@ -209,7 +210,7 @@ struct BackwardSmem {
   static constexpr size_t kBytes = kVec + (5 * kC + 4 * kC + 4 * kC + 8) * 4;
 };
 
-struct BackwardArgs {
+struct IntraChunkArgs {
   const bf16x *q, *k;      // (B, T, H, K)
   const bf16x *v, *dout;   // (B, T, HV, V)
   const bf16x *U, *dU;     // (B, HV, NC, 64, V)
@@ -242,7 +243,7 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
     }
 }
 
-// Grid (NC, B HV), kThreads; smem BackwardSmem<KT> (102 KiB at KT = 64: two blocks per SM). With S = S_c,
+// Grid (NC, B HV), kIntraChunkThreads; smem IntraChunkSmem<KT> (102 KiB at KT = 64: two blocks per SM). With S = S_c,
 // D = D_c, U, dU of the chunk (4.4 stages 2, 3):
 //   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
 //          rowdot(V, X2));  pass 2: dO @ S^T, U @ D^T, dU @ S^T, <S, D>;
@@ -255,8 +256,8 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
 // Warp w: rows [16 (w % 4), +16); columns [32 (w / 4), +32) of the 64-wide products and [(w / 4) KT / 2,
 // +KT / 2) of the K-wide ones. Ainv is recomputed in fp32 (4.5) and used as bf16 high + low parts.
 template <int KT>
-__global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(BackwardArgs a, Dims d) {
-  using L = BackwardSmem<KT>;
+__global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward_intra_chunk_kernel(IntraChunkArgs a, Dims d) {
+  using L = IntraChunkSmem<KT>;
   constexpr int NTK = KT / 16, LDK = KT + 8;  // K-wide products: KT / 2 columns (NTK n-tiles) per warp
   extern __shared__ __align__(16) unsigned char smem[];
   auto tile = [&](size_t off) { return reinterpret_cast<bf16x*>(smem + off); };
@@ -286,24 +287,24 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
   const bf16x *Sc = a.S + z * d.K * d.V, *Dc = a.D + z * d.K * d.V;
 
   if (warp == 0) chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, sGam, sKd, sBeta, sBg, lane);
-  load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kIntraChunkThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kIntraChunkThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
   __syncthreads();
-  chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
-  for (int e = tid; e < kC * kC; e += kThreads)
+  chunk_inverse<KT, kIntraChunkThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
+  for (int e = tid; e < kC * kC; e += kIntraChunkThreads)
     split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
 
   const int VN = (d.V + 63) / 64;
   auto load_vtiles = [&](int v0, bool pass1) {
     const int cols = d.V - v0;
-    load_rows<kC, 64, kThreads>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols, nullptr);
-    load_rows<kC, 64, kThreads>(sU, Uc + v0, d.V, 0, kC, cols, nullptr);
-    load_rows<kC, 64, kThreads>(sdU, dUc + v0, d.V, 0, kC, cols, nullptr);
-    if (pass1) load_rows<kC, 64, kThreads>(sV, a.v + v_off + v0, v_row, t0, d.T, cols, nullptr);
+    load_rows<kC, 64, kIntraChunkThreads>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols, nullptr);
+    load_rows<kC, 64, kIntraChunkThreads>(sU, Uc + v0, d.V, 0, kC, cols, nullptr);
+    load_rows<kC, 64, kIntraChunkThreads>(sdU, dUc + v0, d.V, 0, kC, cols, nullptr);
+    if (pass1) load_rows<kC, 64, kIntraChunkThreads>(sV, a.v + v_off + v0, v_row, t0, d.T, cols, nullptr);
     if (!pass1 || VN == 1) {
-      load_rows<KT, 64, kThreads>(sS, Sc + v0, d.V, 0, d.K, cols, nullptr);
-      load_rows<KT, 64, kThreads>(sD, Dc + v0, d.V, 0, d.K, cols, nullptr);
+      load_rows<KT, 64, kIntraChunkThreads>(sS, Sc + v0, d.V, 0, d.K, cols, nullptr);
+      load_rows<KT, 64, kIntraChunkThreads>(sD, Dc + v0, d.V, 0, d.K, cols, nullptr);
     }
   };
   float rowB[2] = {0.f, 0.f}, rowG[2] = {0.f, 0.f};  // this warp's parts of dbeta, dG for rows r0, r0 + 8
@@ -362,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
     warp_mma<1, NTK, kC, false, true>(accK, sU, kLd64, m0, sD, kLd64, k0, lane);
     warp_mma<1, NTK, kC, false, true>(accW, sdU, kLd64, m0, sS, kLd64, k0, lane);
     if (a.dg)
-      for (int x = tid; x < KT * 32; x += kThreads) {  // bf16 pairs of the S and D tiles
+      for (int x = tid; x < KT * 32; x += kIntraChunkThreads) {  // bf16 pairs of the S and D tiles
         const int r = x / 32, c2 = (x % 32) * 2;
         const float2 s2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sS + r * kLd64 + c2));
         const float2 d2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sD + r * kLd64 + c2));
@@ -513,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
     sRowG[s * kC + r0] = rowG[0], sRowG[s * kC + r0 + 8] = rowG[1];
     sRowB[s * kC + r0] = rowB[0], sRowB[s * kC + r0 + 8] = rowB[1];
   }
-  const float inner_sum = a.dg ? block_sum<kThreads / 32>(inner, sRed) : 0.f;  // + barriers
+  const float inner_sum = a.dg ? block_sum<kIntraChunkThreads / 32>(inner, sRed) : 0.f;  // + barriers
   if (!a.dg) __syncthreads();
   if (warp != 0) return;
   if (a.dbeta)
@@ -547,8 +548,8 @@ size_t backward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    need = std::max({ScanSmem<KT, 16>::kBytes, ScanSmem<KT, 32>::kBytes, ScanSmem<KT, 64>::kBytes,
-                     BackwardSmem<KT>::kBytes});
+    need = std::max({BackwardScanSmem<KT, 16>::kBytes, BackwardScanSmem<KT, 32>::kBytes, BackwardScanSmem<KT, 64>::kBytes,
+                     IntraChunkSmem<KT>::kBytes});
   });
   return need;
 }
@@ -586,10 +587,10 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
     constexpr int KT = decltype(kt)::value;
     gdn::visit_vs(vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
-      const size_t smem = gdn::ScanSmem<KT, VS>::kBytes;
-      gdn::set_smem(gdn::scan_kernel<KT, VS>, smem);
+      const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;
+      gdn::set_smem(gdn::backward_scan_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      const gdn::ScanArgs a{gdn::bp(q),
+      const gdn::BackwardScanArgs a{gdn::bp(q),
                             gdn::bp(k),
                             gdn::bp(w.W),
                             gdn::bp(dout),
@@ -599,8 +600,8 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
                             gdn::bp_mut(D),
                             out.dS0.defined() ? out.dS0.data<float>() : nullptr,
                             float(scale)};
-      gdn::scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward scan_kernel", grid, gdn::kScanThreads, smem);
+      gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
     });
   });
   if (!stage23) return out;
@@ -611,7 +612,7 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   ChunkBuffer dq_heads, dk_heads;
   if (grouped && needed[0]) dq_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
   if (grouped && needed[1]) dk_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
-  gdn::BackwardArgs a{gdn::bp(q),
+  gdn::IntraChunkArgs a{gdn::bp(q),
                       gdn::bp(k),
                       gdn::bp(v),
                       gdn::bp(dout),
@@ -631,11 +632,11 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
                       float(scale)};
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const size_t smem = gdn::BackwardSmem<KT>::kBytes;
-    gdn::set_smem(gdn::backward_kernel<KT>, smem);
+    const size_t smem = gdn::IntraChunkSmem<KT>::kBytes;
+    gdn::set_smem(gdn::backward_intra_chunk_kernel<KT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    gdn::backward_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_kernel", grid, gdn::kThreads, smem);
+    gdn::backward_intra_chunk_kernel<KT><<<grid, gdn::kIntraChunkThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_intra_chunk_kernel", grid, gdn::kIntraChunkThreads, smem);
   });
   if (dq_heads.t.defined()) chunk_to_tokens(out.dq, dq_heads, d.hpg, nullptr, 1.f, cd);
   if (dk_heads.t.defined()) chunk_to_tokens(out.dk, dk_heads, d.hpg, nullptr, 1.f, cd);

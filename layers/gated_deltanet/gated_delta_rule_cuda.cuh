@@ -257,7 +257,7 @@ struct WyScratch {
   Tensor S;  // (B, HV, NC, K, V) bf16: S_c
 };
 
-// F2 and F3 (gated_deltanet.md 4.3) on bf16 q, k, v (16-byte aligned rows) and f32 g, beta, S0:
+// F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and f32 g, beta, S0:
 // W, U and the chunk-start states, the final state into final_state when it is defined (f32
 // (B, HV, K, V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,

@@ -1,12 +1,12 @@
 // The fused bf16 CUDA forward of the gated delta rule (gated_deltanet.md 4.2-4.3), mma.sync m16n8k16
 // on bf16 shared-memory tiles with fp32 accumulation, chunks of 64 tokens, in three kernels:
-//   prepare_kernel  F2 per (chunk, b, value head) in parallel: M = tril(beta .* L .* (K @ K^T), -1)
-//                   and Ainv = (I + M)^-1 in fp32, W = Ainv @ (beta gam .* K), U0 = Ainv @ (beta .* V)
-//                   with Ainv split into bf16 high and low parts (4.6 item 3);
-//   scan_kernel     F3, sequential over the chunks per (b, value head, VS state columns), the state
-//                   (K x VS) in fp32 registers: U = U0 - W @ S, S <- gam_n S + K^T @ (kd .* U);
-//                   writes U over U0 and the bf16 snapshot of each chunk-start state;
-//   output_kernel   F4 per chunk in parallel: O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ U).
+//   wy_prepare_kernel      F2 per (chunk, b, value head) in parallel: M = tril(beta .* L .* (K @ K^T), -1)
+//                          and Ainv = (I + M)^-1 in fp32, W = Ainv @ (beta gam .* K), U0 = Ainv @ (beta .* V)
+//                          with Ainv split into bf16 high and low parts (4.6 item 3);
+//   forward_scan_kernel    F3, sequential over the chunks per (b, value head, VS state columns), the
+//                          state (K x VS) in fp32 registers: U = U0 - W @ S, S <- gam_n S + K^T @ (kd .* U);
+//                          writes U over U0 and the bf16 snapshot of each chunk-start state;
+//   forward_output_kernel  F4 per chunk in parallel: O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ U).
 // The gates (G, gam, kd) are derived per chunk inside each kernel by a one-warp cumsum (64 tokens are
 // one warp), so no gate tensors are stored. K is padded to KT in {64, 128}; V runs in 64-wide tiles
 // (prepare, output) or VS-wide blocks (scan); padded rows and columns are zero and change no product.
@@ -44,7 +44,7 @@ constexpr int kThreads = 128;  // 4 warps; warp w owns token rows [16w, 16w + 16
 // F2: W and U0 per chunk.
 
 template <int KT>
-struct PrepareSmem {
+struct WyPrepareSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
   static constexpr size_t kK = 0;                                 // bf16 [64][KT + 8]
   static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;    // bf16 [64][kLd64], one V tile
@@ -57,18 +57,18 @@ struct PrepareSmem {
   static constexpr size_t kBytes = kG + 3 * kC * 4;
 };
 
-struct PrepareArgs {
+struct WyPrepareArgs {
   const bf16x *k, *v;   // (B, T, H, K), (B, T, HV, V)
   const float *g, *beta;  // (B, T, HV)
   bf16x *W, *U;         // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
 };
 
-// Grid (NC, B HV), kThreads. smem PrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
+// Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
 // Ainv is scaled by the token factors before the split (Ainv diag(beta gam), then Ainv diag(beta) in
 // the same tiles), so the products read the exact bf16 K and V tiles and only the solve's result is split.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d) {
-  using L = PrepareSmem<KT>;
+__global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, Dims d) {
+  using L = WyPrepareSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem + L::kK);
   bf16x* sV = reinterpret_cast<bf16x*>(smem + L::kV);
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
 // F3: the inter-chunk recurrence.
 
 template <int KT, int VS>
-struct ScanSmem {
+struct ForwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
   static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;  // one prefetch stage: W, K, U0, raw g
   static constexpr size_t kW = 0;                               // + p kBuf: bf16 [64][KT + 8]
@@ -151,7 +151,7 @@ struct ScanSmem {
   static constexpr size_t kBytes = kUk + kVTile;
 };
 
-struct ScanArgs {
+struct ForwardScanArgs {
   const bf16x* k;           // (B, T, H, K)
   const bf16x* W;           // (B, HV, NC, 64, K)
   bf16x* U;                 // (B, HV, NC, 64, V): U0 in, U out
@@ -161,14 +161,14 @@ struct ScanArgs {
   float* final_state;       // (B, HV, K, V) or null
 };
 
-// Grid (ceil(V / VS), B HV), kThreads; smem ScanSmem<KT, VS> (73 KiB at KT = VS = 64). Per chunk:
+// Grid (ceil(V / VS), B HV), kThreads; smem ForwardScanSmem<KT, VS> (73 KiB at KT = VS = 64). Per chunk:
 //   -U = -U0 + W @ S           warp w: token rows [16w, 16w + 16), VS columns, reduction over KT
 //   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [w KT / 4, (w + 1) KT / 4), reduction over 64
 // The next chunk's W, K, U0 and g are copied (cp.async) while this one computes; each warp derives
 // the chunk's gates itself (a one-warp cumsum), so no barrier guards them.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
-  using L = ScanSmem<KT, VS>;
+__global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs a, Dims d) {
+  using L = ForwardScanSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sS = reinterpret_cast<bf16x*>(smem + L::kS);
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
 // F4: the output.
 
 template <int KT>
-struct OutputSmem {
+struct ForwardOutputSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
   static constexpr size_t kQ = 0;                                // bf16 [64][KT + 8]
   static constexpr size_t kK = kQ + size_t(kC) * (KT + 8) * 2;   // bf16 [64][KT + 8]
@@ -252,7 +252,7 @@ struct OutputSmem {
   static constexpr size_t kBytes = kG + 2 * kC * 4;
 };
 
-struct OutputArgs {
+struct ForwardOutputArgs {
   const bf16x *q, *k;  // (B, T, H, K)
   const float* g;      // (B, T, HV)
   const bf16x* U;      // (B, HV, NC, 64, V)
@@ -261,11 +261,11 @@ struct OutputArgs {
   float scale;
 };
 
-// Grid (NC, B HV), kThreads; smem OutputSmem<KT> (46 KiB at KT = 64). Warp w owns token rows
+// Grid (NC, B HV), kThreads; smem ForwardOutputSmem<KT> (46 KiB at KT = 64). Warp w owns token rows
 // [16w, 16w + 16) of every product; P stays in shared memory across the 64-column V tiles.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a, Dims d) {
-  using L = OutputSmem<KT>;
+__global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputArgs a, Dims d) {
+  using L = ForwardOutputSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem + L::kQ);
   bf16x* sK = reinterpret_cast<bf16x*>(smem + L::kK);
@@ -331,8 +331,8 @@ size_t forward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    need = std::max({PrepareSmem<KT>::kBytes, ScanSmem<KT, 16>::kBytes, ScanSmem<KT, 32>::kBytes,
-                     ScanSmem<KT, 64>::kBytes, OutputSmem<KT>::kBytes});
+    need = std::max({WyPrepareSmem<KT>::kBytes, ForwardScanSmem<KT, 16>::kBytes, ForwardScanSmem<KT, 32>::kBytes,
+                     ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes});
   });
   return need;
 }
@@ -347,27 +347,27 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     {
-      const size_t smem = PrepareSmem<KT>::kBytes;
-      set_smem(prepare_kernel<KT>, smem);
+      const size_t smem = WyPrepareSmem<KT>::kBytes;
+      set_smem(wy_prepare_kernel<KT>, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-      const PrepareArgs a{bp(k), bp(v), g.data<float>(), beta.data<float>(), bp_mut(w.W), bp_mut(w.U)};
-      prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule prepare_kernel", grid, kThreads, smem);
+      const WyPrepareArgs a{bp(k), bp(v), g.data<float>(), beta.data<float>(), bp_mut(w.W), bp_mut(w.U)};
+      wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule wy_prepare_kernel", grid, kThreads, smem);
     }
     visit_vs(vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
-      const size_t smem = ScanSmem<KT, VS>::kBytes;
-      set_smem(scan_kernel<KT, VS>, smem);
+      const size_t smem = ForwardScanSmem<KT, VS>::kBytes;
+      set_smem(forward_scan_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      const ScanArgs a{bp(k),
+      const ForwardScanArgs a{bp(k),
                        bp(w.W),
                        bp_mut(w.U),
                        g.data<float>(),
                        S0.defined() ? S0.data<float>() : nullptr,
                        bp_mut(w.S),
                        final_state.defined() ? final_state.data<float>() : nullptr};
-      scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule scan_kernel", grid, kThreads, smem);
+      forward_scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kThreads, smem);
     });
   });
   return w;
@@ -411,13 +411,13 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
   const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, r.final_state, d, stream);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const size_t smem = gdn::OutputSmem<KT>::kBytes;
-    gdn::set_smem(gdn::output_kernel<KT>, smem);
+    const size_t smem = gdn::ForwardOutputSmem<KT>::kBytes;
+    gdn::set_smem(gdn::forward_output_kernel<KT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    const gdn::OutputArgs a{gdn::bp(q),   gdn::bp(k), g.data<float>(), gdn::bp(w.U), gdn::bp(w.S), gdn::bp_mut(r.o),
+    const gdn::ForwardOutputArgs a{gdn::bp(q),   gdn::bp(k), g.data<float>(), gdn::bp(w.U), gdn::bp(w.S), gdn::bp_mut(r.o),
                             float(scale)};
-    gdn::output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule output_kernel", grid, gdn::kThreads, smem);
+    gdn::forward_output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_output_kernel", grid, gdn::kThreads, smem);
   });
   return r;
 }
