@@ -47,29 +47,29 @@ constexpr int kScanThreads = 128;  // 4 warps: token rows [16w, 16w + 16), state
 template <int KT, int VS>
 struct BackwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
-  static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;  // one prefetch stage: Q, K, W, dO, raw g
-  static constexpr size_t kQ = 0;                               // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;                          // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kW = 2 * kKTile;                      // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kDO = 3 * kKTile;                     // + p kBuf: bf16 [64][VS + 8]
-  static constexpr size_t kGraw = 3 * kKTile + kVTile;          // + p kBuf: f32 [64]
-  static constexpr size_t kP = 2 * kBuf;                        // bf16 [64][kLd64]: scale L .* (Q @ K^T)
-  static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;   // bf16 [64][VS + 8]: scale gam .* dO
-  static constexpr size_t kdUn = kDOg + kVTile;                 // bf16 [64][VS + 8]: -dU
-  static constexpr size_t kD = kdUn + kVTile;                   // bf16 [KT][VS + 8]: D_c
-  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2; // f32 [4][64]: each warp's copy of G
+  static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;   // one prefetch stage: Q, K, W, dO, raw g
+  static constexpr size_t kQ = 0;                                // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;                           // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kW = 2 * kKTile;                       // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kDO = 3 * kKTile;                      // + p kBuf: bf16 [64][VS + 8]
+  static constexpr size_t kGraw = 3 * kKTile + kVTile;           // + p kBuf: f32 [64]
+  static constexpr size_t kP = 2 * kBuf;                         // bf16 [64][kLd64]: scale L .* (Q @ K^T)
+  static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;    // bf16 [64][VS + 8]: scale gam .* dO
+  static constexpr size_t kdUn = kDOg + kVTile;                  // bf16 [64][VS + 8]: -dU
+  static constexpr size_t kD = kdUn + kVTile;                    // bf16 [KT][VS + 8]: D_c
+  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2;  // f32 [4][64]: each warp's copy of G
   static constexpr size_t kBytes = kGw + 4 * kC * 4;
 };
 
 struct BackwardScanArgs {
-  const bf16x *q, *k;    // (B, T, H, K)
-  const bf16x* W;        // (B, HV, NC, 64, K)
-  const bf16x* dout;     // (B, T, HV, V)
-  const float* g;        // (B, T, HV)
-  const float* dfinal;   // (B, HV, K, V) or null (zeros)
-  bf16x* dU;             // (B, HV, NC, 64, V) out
-  bf16x* D;              // (B, HV, NC, K, V) out: D_c
-  float* dS0;            // (B, HV, K, V) or null
+  const bf16x *q, *k;   // (B, T, H, K)
+  const bf16x* W;       // (B, HV, NC, 64, K)
+  const bf16x* dout;    // (B, T, HV, V)
+  const float* g;       // (B, T, HV)
+  const float* dfinal;  // (B, HV, K, V) or null (zeros)
+  bf16x* dU;            // (B, HV, NC, 64, V) out
+  bf16x* D;             // (B, HV, NC, K, V) out: D_c
+  float* dS0;           // (B, HV, K, V) or null
   float scale;
 };
 
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
                                                  kC, d.K, tid);
     flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
-                                                 a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
-                                                 int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
+                                                 a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0, int64_t(d.HV) * d.V,
+                                                 c * kC, d.T, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
@@ -189,13 +189,13 @@ constexpr int kIntraChunkThreads = 256;  // 8 warps: warp w owns token rows [16 
 template <int KT>
 struct IntraChunkSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2, kKTile = size_t(kC) * (KT + 8) * 2;
-  static constexpr size_t kQ = 0;                  // bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;             // bf16 [64][KT + 8]
-  static constexpr size_t kAhi = 2 * kKTile;       // bf16 [64][kLd64]: Ainv, high part
-  static constexpr size_t kAlo = kAhi + kTile;     // bf16 [64][kLd64]: Ainv, low part
-  static constexpr size_t kdP = kAlo + kTile;      // bf16 [64][kLd64]: dP
-  static constexpr size_t kAv = kdP + kTile;       // bf16 [64][kLd64]: tril(beta_i (dU @ V^T), -1)
-  static constexpr size_t kR = kAv + kTile;        // the region below, reused by phase
+  static constexpr size_t kQ = 0;               // bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;          // bf16 [64][KT + 8]
+  static constexpr size_t kAhi = 2 * kKTile;    // bf16 [64][kLd64]: Ainv, high part
+  static constexpr size_t kAlo = kAhi + kTile;  // bf16 [64][kLd64]: Ainv, low part
+  static constexpr size_t kdP = kAlo + kTile;   // bf16 [64][kLd64]: dP
+  static constexpr size_t kAv = kdP + kTile;    // bf16 [64][kLd64]: tril(beta_i (dU @ V^T), -1)
+  static constexpr size_t kR = kAv + kTile;     // the region below, reused by phase
   // Phase 1, the solve: f32 M and X [64][kLdF], the block scratch.
   static constexpr size_t kM = kR, kX = kM + size_t(kC) * kLdF * 4, kT = kX + size_t(kC) * kLdF * 4;
   static constexpr size_t kSolveEnd = kT + size_t(kSolveScratch) * 4;
@@ -211,15 +211,15 @@ struct IntraChunkSmem {
 };
 
 struct IntraChunkArgs {
-  const bf16x *q, *k;      // (B, T, H, K)
-  const bf16x *v, *dout;   // (B, T, HV, V)
-  const bf16x *U, *dU;     // (B, HV, NC, 64, V)
-  const bf16x *S, *D;      // (B, HV, NC, K, V): S_c, D_c
-  const float *g, *beta;   // (B, T, HV)
-  bf16x *dq, *dk;          // (B, T, H, K) when HV == H (else null)
+  const bf16x *q, *k;          // (B, T, H, K)
+  const bf16x *v, *dout;       // (B, T, HV, V)
+  const bf16x *U, *dU;         // (B, HV, NC, 64, V)
+  const bf16x *S, *D;          // (B, HV, NC, K, V): S_c, D_c
+  const float *g, *beta;       // (B, T, HV)
+  bf16x *dq, *dk;              // (B, T, H, K) when HV == H (else null)
   float *dq_heads, *dk_heads;  // (B, HV, NC, 64, K) per value head when HV > H (else null)
-  bf16x* dv;               // (B, T, HV, V) or null
-  float *dbeta, *dg;       // (B, T, HV) or null
+  bf16x* dv;                   // (B, T, HV, V) or null
+  float *dbeta, *dg;           // (B, T, HV) or null
   float scale;
 };
 
@@ -239,11 +239,12 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
         *reinterpret_cast<uint32_t*>(out + qk_off + int64_t(t0 + r) * d.H * d.K + col) =
             pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
       if (out_heads)
-        *reinterpret_cast<float2*>(out_heads + (z * kC + r) * d.K + col) = make_float2(acc[0][ni][e], acc[0][ni][e + 1]);
+        *reinterpret_cast<float2*>(out_heads + (z * kC + r) * d.K + col) =
+            make_float2(acc[0][ni][e], acc[0][ni][e + 1]);
     }
 }
 
-// Grid (NC, B HV), kIntraChunkThreads; smem IntraChunkSmem<KT> (102 KiB at KT = 64: two blocks per SM). With S = S_c,
+// Grid (NC, B HV), kIntraChunkThreads; smem IntraChunkSmem<KT> (111 KiB at KT = 64: two blocks per SM). With S = S_c,
 // D = D_c, U, dU of the chunk (4.4 stages 2, 3):
 //   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
 //          rowdot(V, X2));  pass 2: dO @ S^T, U @ D^T, dU @ S^T, <S, D>;
@@ -256,7 +257,8 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
 // Warp w: rows [16 (w % 4), +16); columns [32 (w / 4), +32) of the 64-wide products and [(w / 4) KT / 2,
 // +KT / 2) of the K-wide ones. Ainv is recomputed in fp32 (4.5) and used as bf16 high + low parts.
 template <int KT>
-__global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward_intra_chunk_kernel(IntraChunkArgs a, Dims d) {
+__global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
+    backward_intra_chunk_kernel(IntraChunkArgs a, Dims d) {
   using L = IntraChunkSmem<KT>;
   constexpr int NTK = KT / 16, LDK = KT + 8;  // K-wide products: KT / 2 columns (NTK n-tiles) per warp
   extern __shared__ __align__(16) unsigned char smem[];
@@ -271,10 +273,10 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward
   float* sT = reinterpret_cast<float*>(smem + L::kT);
   float* sG = reinterpret_cast<float*>(smem + L::kVec);
   float *sGam = sG + kC, *sKd = sGam + kC, *sBeta = sKd + kC, *sBg = sBeta + kC;
-  float* sRowG = sBg + kC;       // [2][64]
-  float* sRowB = sRowG + 2 * kC; // [2][64]
-  float* sColZ = sRowB + 2 * kC; // [4][64]
-  float* sRed = sColZ + 4 * kC;  // [8]
+  float* sRowG = sBg + kC;        // [2][64]
+  float* sRowB = sRowG + 2 * kC;  // [2][64]
+  float* sColZ = sRowB + 2 * kC;  // [4][64]
+  float* sRed = sColZ + 4 * kC;   // [8]
 
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
@@ -343,7 +345,8 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // the V part of dA, parked in shared memory to free registers for pass 2
       const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
-      const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] : 0.f, x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] : 0.f;
+      const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] : 0.f,
+                  x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] : 0.f;
       *reinterpret_cast<uint32_t*>(sAv + r * kLd64 + i) = pack_bf16(x0, x1);
     }
 
@@ -443,7 +446,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward
       for (int e = 0; e < 4; ++e) accK[0][ni][e] += sBg[m0 + frag_row(lane, e)] * x1[0][ni][e];
   }
   __syncthreads();  // dA complete
-  {  // T1 = Ainv^T @ dA
+  {                 // T1 = Ainv^T @ dA
     float t1[1][4][4];
     zero(t1);
     warp_mma<1, 4, kC, true, false>(t1, sAhi, kLd64, m0, sdA, kLd64, n0, lane);
@@ -457,7 +460,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward
       }
   }
   __syncthreads();  // T1 complete; dA is consumed (its space becomes R)
-  {  // dM = -T1 @ Ainv^T on i < r < n; R = beta .* dM .* L; the dM terms of dbeta and dG
+  {                 // dM = -T1 @ Ainv^T on i < r < n; R = beta .* dM .* L; the dM terms of dbeta and dG
     float dm[1][4][4], kk[1][4][4];
     zero(dm);
     zero(kk);
@@ -471,12 +474,14 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
         const float w = i < r && r < n ? -dm[0][ni][e] * __expf(fminf(sG[r] - sG[i], 0.f)) : 0.f;  // dM .* L
-        dm[0][ni][e] = sBeta[r] * w;                                                              // R
-        const float zz = dm[0][ni][e] * kk[0][ni][e];                                             // (dM .* M)
+        dm[0][ni][e] = sBeta[r] * w;                                                               // R
+        const float zz = dm[0][ni][e] * kk[0][ni][e];                                              // (dM .* M)
         rb[e / 2] += w * kk[0][ni][e];
         rg[e / 2] += zz;
-        if (e < 2) colz[ni][e] = zz;
-        else colz[ni][e - 2] += zz;
+        if (e < 2)
+          colz[ni][e] = zz;
+        else
+          colz[ni][e - 2] += zz;
       }
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
@@ -504,7 +509,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1) backward
       rowG[h] += rg[h];
     }
   }
-  __syncthreads();  // R complete
+  __syncthreads();                                                              // R complete
   warp_mma<1, NTK, kC, false, false>(accK, sdA, kLd64, m0, sK, LDK, k0, lane);  // + R @ K
   warp_mma<1, NTK, kC, true, false>(accK, sdA, kLd64, m0, sK, LDK, k0, lane);   // + R^T @ K
   store_qk_grad(accK, a.dk, a.dk_heads, qk_off, z, t0, m0, k0, lane, d);
@@ -548,8 +553,8 @@ size_t backward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    need = std::max({BackwardScanSmem<KT, 16>::kBytes, BackwardScanSmem<KT, 32>::kBytes, BackwardScanSmem<KT, 64>::kBytes,
-                     IntraChunkSmem<KT>::kBytes});
+    need = std::max({BackwardScanSmem<KT, 16>::kBytes, BackwardScanSmem<KT, 32>::kBytes,
+                     BackwardScanSmem<KT, 64>::kBytes, IntraChunkSmem<KT>::kBytes});
   });
   return need;
 }
@@ -590,16 +595,11 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
       const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;
       gdn::set_smem(gdn::backward_scan_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      const gdn::BackwardScanArgs a{gdn::bp(q),
-                            gdn::bp(k),
-                            gdn::bp(w.W),
-                            gdn::bp(dout),
-                            g.data<float>(),
-                            dfinal.defined() ? dfinal.data<float>() : nullptr,
-                            gdn::bp_mut(dU),
-                            gdn::bp_mut(D),
-                            out.dS0.defined() ? out.dS0.data<float>() : nullptr,
-                            float(scale)};
+      const gdn::BackwardScanArgs a{
+          gdn::bp(q),      gdn::bp(k),      gdn::bp(w.W),
+          gdn::bp(dout),   g.data<float>(), dfinal.defined() ? dfinal.data<float>() : nullptr,
+          gdn::bp_mut(dU), gdn::bp_mut(D),  out.dS0.defined() ? out.dS0.data<float>() : nullptr,
+          float(scale)};
       gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
     });
@@ -613,23 +613,23 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   if (grouped && needed[0]) dq_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
   if (grouped && needed[1]) dk_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
   gdn::IntraChunkArgs a{gdn::bp(q),
-                      gdn::bp(k),
-                      gdn::bp(v),
-                      gdn::bp(dout),
-                      gdn::bp(w.U),
-                      gdn::bp(dU),
-                      gdn::bp(w.S),
-                      gdn::bp(D),
-                      g.data<float>(),
-                      beta.data<float>(),
-                      grouped ? nullptr : gdn::bp_mut(out.dq),
-                      grouped ? nullptr : gdn::bp_mut(out.dk),
-                      dq_heads.t.defined() ? dq_heads.data() : nullptr,
-                      dk_heads.t.defined() ? dk_heads.data() : nullptr,
-                      gdn::bp_mut(out.dv),
-                      out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
-                      out.dg.defined() ? out.dg.data<float>() : nullptr,
-                      float(scale)};
+                        gdn::bp(k),
+                        gdn::bp(v),
+                        gdn::bp(dout),
+                        gdn::bp(w.U),
+                        gdn::bp(dU),
+                        gdn::bp(w.S),
+                        gdn::bp(D),
+                        g.data<float>(),
+                        beta.data<float>(),
+                        grouped ? nullptr : gdn::bp_mut(out.dq),
+                        grouped ? nullptr : gdn::bp_mut(out.dk),
+                        dq_heads.t.defined() ? dq_heads.data() : nullptr,
+                        dk_heads.t.defined() ? dk_heads.data() : nullptr,
+                        gdn::bp_mut(out.dv),
+                        out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
+                        out.dg.defined() ? out.dg.data<float>() : nullptr,
+                        float(scale)};
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     const size_t smem = gdn::IntraChunkSmem<KT>::kBytes;

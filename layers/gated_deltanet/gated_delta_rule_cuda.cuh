@@ -18,8 +18,8 @@ namespace hyb::gdn {
 using chunk_mma::bf16x;
 using chunk_mma::kC;
 
-constexpr int kLd64 = kC + 8;  // row stride of the 64-wide bf16 tiles
-constexpr int kLdF = kC + 4;   // row stride of the 64 x 64 fp32 tiles of the solve
+constexpr int kLd64 = kC + 8;               // row stride of the 64-wide bf16 tiles
+constexpr int kLdF = kC + 4;                // row stride of the 64 x 64 fp32 tiles of the solve
 constexpr int kSolveScratch = 3 * 16 * 17;  // floats of unit_lower_inverse's block scratch
 
 struct Dims {
@@ -257,9 +257,9 @@ struct WyScratch {
   Tensor S;  // (B, HV, NC, K, V) bf16: S_c
 };
 
-// F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and f32 g, beta, S0:
-// W, U and the chunk-start states, the final state into final_state when it is defined (f32
-// (B, HV, K, V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
+// F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and
+// f32 g, beta, S0: W, U and the chunk-start states, the final state into final_state when it is defined (f32 (B, HV, K,
+// V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
                  const Tensor& final_state, const Dims& d, cudaStream_t stream);
 

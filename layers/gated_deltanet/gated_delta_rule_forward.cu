@@ -46,21 +46,21 @@ constexpr int kThreads = 128;  // 4 warps; warp w owns token rows [16w, 16w + 16
 template <int KT>
 struct WyPrepareSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
-  static constexpr size_t kK = 0;                                 // bf16 [64][KT + 8]
-  static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;    // bf16 [64][kLd64], one V tile
-  static constexpr size_t kAhi = kV + kTile;                      // bf16 [64][kLd64]: Ainv diag(beta gam),
-  static constexpr size_t kAlo = kAhi + kTile;                    // then Ainv diag(beta), high and low parts
-  static constexpr size_t kM = kAlo + kTile;                      // f32 [64][kLdF]
-  static constexpr size_t kX = kM + size_t(kC) * kLdF * 4;        // f32 [64][kLdF]
-  static constexpr size_t kT = kX + size_t(kC) * kLdF * 4;        // f32 kSolveScratch
-  static constexpr size_t kG = kT + size_t(kSolveScratch) * 4;    // f32 [64] each: G, beta, beta gam
+  static constexpr size_t kK = 0;                               // bf16 [64][KT + 8]
+  static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [64][kLd64], one V tile
+  static constexpr size_t kAhi = kV + kTile;                    // bf16 [64][kLd64]: Ainv diag(beta gam),
+  static constexpr size_t kAlo = kAhi + kTile;                  // then Ainv diag(beta), high and low parts
+  static constexpr size_t kM = kAlo + kTile;                    // f32 [64][kLdF]
+  static constexpr size_t kX = kM + size_t(kC) * kLdF * 4;      // f32 [64][kLdF]
+  static constexpr size_t kT = kX + size_t(kC) * kLdF * 4;      // f32 kSolveScratch
+  static constexpr size_t kG = kT + size_t(kSolveScratch) * 4;  // f32 [64] each: G, beta, beta gam
   static constexpr size_t kBytes = kG + 3 * kC * 4;
 };
 
 struct WyPrepareArgs {
-  const bf16x *k, *v;   // (B, T, H, K), (B, T, HV, V)
+  const bf16x *k, *v;     // (B, T, H, K), (B, T, HV, V)
   const float *g, *beta;  // (B, T, HV)
-  bf16x *W, *U;         // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
+  bf16x *W, *U;           // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
 };
 
 // Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
     const int64_t gate_off = int64_t(b) * d.T * d.HV + j;
     chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, nullptr, nullptr, sBeta, sBg, lane);
   }
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K,
-                              nullptr);
+  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K, nullptr);
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
   auto split_scaled = [&](const float* colscale) {  // Ainv diag(colscale) into sAhi + sAlo
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   split_scaled(sBg);
   __syncthreads();
   const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
-  {  // W = (Ainv diag(beta gam)) @ K
+  {                                          // W = (Ainv diag(beta gam)) @ K
     float w[1][KT / 8][4];
     zero(w);
     warp_mma<1, KT / 8, kC, false, false>(w, sAhi, kLd64, m0, sK, KT + 8, 0, lane);
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   bf16x* Uc = a.U + z * kC * d.V;
   const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
   for (int v0 = 0; v0 < d.V; v0 += 64) {  // U0 = (Ainv diag(beta)) @ V, one 64-column tile at a time
-    if (v0) __syncthreads();               // every warp is done with the previous tile
+    if (v0) __syncthreads();              // every warp is done with the previous tile
     load_rows<kC, 64, kThreads>(sV, vb + v0, int64_t(d.HV) * d.V, t0, d.T, d.V - v0, nullptr);
     __syncthreads();  // the V tile (and, the first time, Ainv diag(beta)) complete
     float u[1][8][4];
@@ -141,24 +140,24 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
 template <int KT, int VS>
 struct ForwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
-  static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;  // one prefetch stage: W, K, U0, raw g
-  static constexpr size_t kW = 0;                               // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;                          // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kU0 = 2 * kKTile;                     // + p kBuf: bf16 [64][VS + 8]
-  static constexpr size_t kGraw = 2 * kKTile + kVTile;          // + p kBuf: f32 [64]
-  static constexpr size_t kS = 2 * kBuf;                        // bf16 [KT][VS + 8]: S_c
-  static constexpr size_t kUk = kS + size_t(KT) * (VS + 8) * 2; // bf16 [64][VS + 8]: kd .* U
+  static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;   // one prefetch stage: W, K, U0, raw g
+  static constexpr size_t kW = 0;                                // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;                           // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kU0 = 2 * kKTile;                      // + p kBuf: bf16 [64][VS + 8]
+  static constexpr size_t kGraw = 2 * kKTile + kVTile;           // + p kBuf: f32 [64]
+  static constexpr size_t kS = 2 * kBuf;                         // bf16 [KT][VS + 8]: S_c
+  static constexpr size_t kUk = kS + size_t(KT) * (VS + 8) * 2;  // bf16 [64][VS + 8]: kd .* U
   static constexpr size_t kBytes = kUk + kVTile;
 };
 
 struct ForwardScanArgs {
-  const bf16x* k;           // (B, T, H, K)
-  const bf16x* W;           // (B, HV, NC, 64, K)
-  bf16x* U;                 // (B, HV, NC, 64, V): U0 in, U out
-  const float* g;           // (B, T, HV)
-  const float* S0;          // (B, HV, K, V) or null (zeros)
-  bf16x* S;                 // (B, HV, NC, K, V): S_c out
-  float* final_state;       // (B, HV, K, V) or null
+  const bf16x* k;      // (B, T, H, K)
+  const bf16x* W;      // (B, HV, NC, 64, K)
+  bf16x* U;            // (B, HV, NC, 64, V): U0 in, U out
+  const float* g;      // (B, T, HV)
+  const float* S0;     // (B, HV, K, V) or null (zeros)
+  bf16x* S;            // (B, HV, NC, K, V): S_c out
+  float* final_state;  // (B, HV, K, V) or null
 };
 
 // Grid (ceil(V / VS), B HV), kThreads; smem ForwardScanSmem<KT, VS> (73 KiB at KT = VS = 64). Per chunk:
@@ -180,12 +179,12 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
   auto load_chunk = [&](int c, int p) {
     const int64_t z = int64_t(bh) * d.NC + c;
-    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
-                                             kC, d.K, tid);
-    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K,
-                                             c * kC, d.T, d.K, tid);
-    flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0,
-                                             d.V, 0, kC, d.V - v0, tid);
+    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0, kC,
+                                             d.K, tid);
+    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K, c * kC,
+                                             d.T, d.K, tid);
+    flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0, d.V, 0,
+                                             kC, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
@@ -224,7 +223,8 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
         const float f = -kd[e / 2];
-        if (v0 + col < d.V) *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
+        if (v0 + col < d.V)
+          *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
         *reinterpret_cast<uint32_t*>(sUk + r * (VS + 8) + col) = pack_bf16(f * u[0][ni][e], f * u[0][ni][e + 1]);
       }
     __syncthreads();  // kd .* U complete; every warp is done reading S_c
@@ -243,12 +243,12 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
 template <int KT>
 struct ForwardOutputSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
-  static constexpr size_t kQ = 0;                                // bf16 [64][KT + 8]
-  static constexpr size_t kK = kQ + size_t(kC) * (KT + 8) * 2;   // bf16 [64][KT + 8]
-  static constexpr size_t kP = kK + size_t(kC) * (KT + 8) * 2;   // bf16 [64][kLd64]: scale L .* (Q @ K^T)
-  static constexpr size_t kS = kP + kTile;                       // bf16 [KT][kLd64]: S_c, one V tile
-  static constexpr size_t kU = kS + size_t(KT) * kLd64 * 2;      // bf16 [64][kLd64]: U, one V tile
-  static constexpr size_t kG = kU + kTile;                       // f32 [64]: G, then gam
+  static constexpr size_t kQ = 0;                               // bf16 [64][KT + 8]
+  static constexpr size_t kK = kQ + size_t(kC) * (KT + 8) * 2;  // bf16 [64][KT + 8]
+  static constexpr size_t kP = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [64][kLd64]: scale L .* (Q @ K^T)
+  static constexpr size_t kS = kP + kTile;                      // bf16 [KT][kLd64]: S_c, one V tile
+  static constexpr size_t kU = kS + size_t(KT) * kLd64 * 2;     // bf16 [64][kLd64]: U, one V tile
+  static constexpr size_t kG = kU + kTile;                      // f32 [64]: G, then gam
   static constexpr size_t kBytes = kG + 2 * kC * 4;
 };
 
@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = v0 + ni * 8 + frag_col(lane, e), t = t0 + r;
         if (t < d.T && col < d.V)
-          *reinterpret_cast<uint32_t*>(ob + int64_t(t) * d.HV * d.V + col) = pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
+          *reinterpret_cast<uint32_t*>(ob + int64_t(t) * d.HV * d.V + col) =
+              pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
       }
   }
 }
@@ -360,12 +361,12 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
       set_smem(forward_scan_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
       const ForwardScanArgs a{bp(k),
-                       bp(w.W),
-                       bp_mut(w.U),
-                       g.data<float>(),
-                       S0.defined() ? S0.data<float>() : nullptr,
-                       bp_mut(w.S),
-                       final_state.defined() ? final_state.data<float>() : nullptr};
+                              bp(w.W),
+                              bp_mut(w.U),
+                              g.data<float>(),
+                              S0.defined() ? S0.data<float>() : nullptr,
+                              bp_mut(w.S),
+                              final_state.defined() ? final_state.data<float>() : nullptr};
       forward_scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kThreads, smem);
     });
@@ -414,8 +415,8 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
     const size_t smem = gdn::ForwardOutputSmem<KT>::kBytes;
     gdn::set_smem(gdn::forward_output_kernel<KT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    const gdn::ForwardOutputArgs a{gdn::bp(q),   gdn::bp(k), g.data<float>(), gdn::bp(w.U), gdn::bp(w.S), gdn::bp_mut(r.o),
-                            float(scale)};
+    const gdn::ForwardOutputArgs a{gdn::bp(q),   gdn::bp(k),       g.data<float>(), gdn::bp(w.U),
+                                   gdn::bp(w.S), gdn::bp_mut(r.o), float(scale)};
     gdn::forward_output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
     HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_output_kernel", grid, gdn::kThreads, smem);
   });
