@@ -18,8 +18,8 @@ namespace hyb::gdn {
 using chunk_mma::bf16x;
 using chunk_mma::kC;
 
-constexpr int kLd64 = kC + 8;  // row stride of the 64-wide bf16 tiles
-constexpr int kLdF = kC + 4;   // row stride of the 64 x 64 fp32 tiles of the solve
+constexpr int kLd64 = kC + 8;               // row stride of the 64-wide bf16 tiles
+constexpr int kLdF = kC + 4;                // row stride of the 64 x 64 fp32 tiles of the solve
 constexpr int kSolveScratch = 3 * 16 * 17;  // floats of unit_lower_inverse's block scratch
 
 struct Dims {
@@ -57,7 +57,7 @@ __device__ __forceinline__ void chunk_gates(const float* g, const float* beta, i
 // The caller synchronises after writing sM; this returns after a barrier, with sX complete.
 template <int NTHREADS>
 __device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
-  static_assert(NTHREADS >= 128, "the diagonal blocks take four warps");
+  static_assert(NTHREADS >= 128 && 256 % NTHREADS == 0, "the diagonal blocks take four warps");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (warp < 4 && lane < 16) {
     const int a = warp, j = lane;
@@ -78,23 +78,39 @@ __device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
     }
   }
   __syncthreads();
-  for (int dist = 1; dist < 4; ++dist) {
-    const int blocks = 4 - dist;  // (a, a - dist) for a = dist .. 3
-    for (int e = tid; e < blocks * 256; e += NTHREADS) {  // sT[blk] = sum_{c=b}^{a-1} M_ac X_cb
-      const int blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
-      float acc = 0.f;
-      for (int c = b; c < a; ++c)
+  // Constant trip counts throughout, so each thread's independent dot products interleave.
 #pragma unroll
-        for (int i = 0; i < 16; ++i) acc += sM[(16 * a + rr) * kLdF + 16 * c + i] * sX[(16 * c + i) * kLdF + 16 * b + cc];
-      sT[(blk * 16 + rr) * 17 + cc] = acc;
+  for (int dist = 1; dist < 4; ++dist) {
+    constexpr int kPer = 256 / NTHREADS;  // entries of one 16 x 16 block per thread (NTHREADS divides 256)
+    const int blocks = 4 - dist;          // (a, a - dist) for a = dist .. 3
+    float acc[3 * kPer];
+#pragma unroll
+    for (int x = 0; x < blocks * kPer; ++x) {  // sT[blk] = sum_{c=b}^{a-1} M_ac X_cb
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
+      acc[x] = 0.f;
+#pragma unroll
+      for (int c = 0; c < dist; ++c)
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          acc[x] += sM[(16 * a + rr) * kLdF + 16 * (b + c) + i] * sX[(16 * (b + c) + i) * kLdF + 16 * b + cc];
+    }
+#pragma unroll
+    for (int x = 0; x < blocks * kPer; ++x) {
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16;
+      sT[(blk * 16 + rr) * 17 + cc] = acc[x];
     }
     __syncthreads();
-    for (int e = tid; e < blocks * 256; e += NTHREADS) {  // X_ab = -X_aa sT[blk]
-      const int blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
-      float acc = 0.f;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc += sX[(16 * a + rr) * kLdF + 16 * a + i] * sT[(blk * 16 + i) * 17 + cc];
-      sX[(16 * a + rr) * kLdF + 16 * b + cc] = -acc;
+    for (int x = 0; x < blocks * kPer; ++x) {  // X_ab = -X_aa sT[blk]
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk;
+      acc[x] = 0.f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[x] += sX[(16 * a + rr) * kLdF + 16 * a + i] * sT[(blk * 16 + i) * 17 + cc];
+    }
+#pragma unroll
+    for (int x = 0; x < blocks * kPer; ++x) {
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
+      sX[(16 * a + rr) * kLdF + 16 * b + cc] = -acc[x];
     }
     __syncthreads();
   }
@@ -241,9 +257,9 @@ struct WyScratch {
   Tensor S;  // (B, HV, NC, K, V) bf16: S_c
 };
 
-// F2 and F3 (gated_deltanet.md 4.3) on bf16 q, k, v (16-byte aligned rows) and f32 g, beta, S0:
-// W, U and the chunk-start states, the final state into final_state when it is defined (f32
-// (B, HV, K, V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
+// F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and
+// f32 g, beta, S0: W, U and the chunk-start states, the final state into final_state when it is defined (f32 (B, HV, K,
+// V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
                  const Tensor& final_state, const Dims& d, cudaStream_t stream);
 
