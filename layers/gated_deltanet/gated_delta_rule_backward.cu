@@ -6,6 +6,8 @@
 //                                columns), D (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
 //                                D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T)
 //                                formed per chunk in the kernel; writes dU and the bf16 snapshot D_c;
+//                                segmented like the forward scan when there are few (b, value head)
+//                                pairs (ScanPlan; D_{c-1} = A_c^T D_c + B'_c);
 //   backward_intra_chunk_kernel  stages 2 and 3 per (chunk, b, value head) in parallel: dQ, dK, dV,
 //                                dbeta and dG, then dg = the reverse cumsum of dG within the chunk.
 // Shared q/k heads (HV > H): per-value-head dQ and dK go to fp32 chunk scratch and are summed over the
@@ -73,15 +75,17 @@ struct BackwardScanArgs {
   float scale;
 };
 
-// Grid (ceil(V / VS), B HV), kScanThreads; smem BackwardScanSmem<KT, VS> (110 KiB at KT = VS = 64). Per chunk,
-// c = NC-1 .. 0, with D = D_c:
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads; smem BackwardScanSmem<KT, VS>
+// (110 KiB at KT = VS = 64). Per chunk of the block's segment, last to first, with D = D_c:
 //   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
 //   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows
 // P (one 64 x KT product) is formed per chunk here instead of in a parallel pass: it costs less than
 // writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
-// warp keeps its own copy of the chunk's G, so no barrier guards the gates.
+// warp keeps its own copy of the chunk's G, so no barrier guards the gates. Pass 1 (seg.local) writes
+// no dU and no snapshots, only the segment's end; a Phi column tile has dO = 0 (no P, no dO terms) and
+// starts from the identity.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, Dims d) {
+__global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = BackwardScanSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -90,7 +94,12 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   bf16x* sdUn = reinterpret_cast<bf16x*>(smem + L::kdUn);
   bf16x* sD = reinterpret_cast<bf16x*>(smem + L::kD);
   auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
-  const int v0 = blockIdx.x * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg;
+  const int nseg = gridDim.z, s = blockIdx.z, vt = (d.V + VS - 1) / VS;
+  const bool phi = seg.local && int(blockIdx.x) >= vt;
+  if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == 0)) return;  // nothing the combine reads
+  const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
+            qh = j / d.hpg;
+  const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
   float* sG = reinterpret_cast<float*>(smem + L::kGw) + warp * kC;
   const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
@@ -103,42 +112,51 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
                                                  d.T, d.K, tid);
     flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
                                                  kC, d.K, tid);
-    flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
-                                                 a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0, int64_t(d.HV) * d.V,
-                                                 c * kC, d.T, d.V - v0, tid);
+    if (!phi)
+      flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
+                                                   a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
+                                                   int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
 
+  const int64_t seg_at = int64_t(bh) * nseg + s;
   float D[MT2][NT][4];
-  load_state_fragments(D, a.dfinal ? a.dfinal + int64_t(bh) * d.K * d.V : nullptr, d.K, d.V, v0, m2, lane);
+  if (phi)
+    identity_fragments(D, d.K, v0, m2, lane);
+  else
+    load_state_fragments(D,
+                         s == nseg - 1 ? (a.dfinal ? a.dfinal + int64_t(bh) * d.K * d.V : nullptr)
+                         : seg.local   ? nullptr
+                                       : seg.start + seg_at * d.K * d.V,
+                         d.K, d.V, v0, m2, lane);
   store_state(sD, D, m2, lane);
-  load_chunk(d.NC - 1, 0);
-  for (int step = 0; step < d.NC; ++step) {
-    const int c = d.NC - 1 - step, p = step & 1;
+  load_chunk(c_end - 1, 0);
+  for (int c = c_end - 1; c >= c_begin; --c) {
+    const int p = (c_end - 1 - c) & 1;
     flash::cp_async_wait<0>();
     __syncthreads();  // chunk c's tiles and D_c (sD) are visible; every warp is done with buffer p ^ 1
-    if (c > 0) load_chunk(c - 1, p ^ 1);
+    if (c > c_begin) load_chunk(c - 1, p ^ 1);
     const bf16x* sQ = reinterpret_cast<const bf16x*>(buf(p, L::kQ));
     const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
     const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
     const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(p, L::kDO));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
+    if (!seg.local) store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
     *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
     __syncwarp();
     float kd[2];
     row_kd(gc, m0, lane, kd);
-    {
+    if (!phi) {
       float pp[1][kC / 8][4];
       zero(pp);
       warp_mma<1, kC / 8, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
       store_masked(sP, kLd64, pp, sG, a.scale, m0, 0, lane);
     }
-    for (int x = lane; x < 16 * (VS / 8); x += 32) {  // the warp's rows of scale gam .* dO
+    for (int x = lane; !phi && x < 16 * (VS / 8); x += 32) {  // the warp's rows of scale gam .* dO
       const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
       const float f = a.scale * __expf(sG[r]);
       uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
@@ -159,26 +177,31 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
-    warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, 0, lane);
+    if (!phi) warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, 0, lane);
     bf16x* dUc = a.dU + z * kC * d.V + v0;
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (v0 + col < d.V)
+        if (!seg.local && v0 + col < d.V)
           *reinterpret_cast<uint32_t*>(dUc + r * d.V + col) = pack_bf16(du[0][ni][e], du[0][ni][e + 1]);
         *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
       }
     __syncthreads();  // -dU complete; every warp is done reading D_c
 
     scale_all(D, __expf(gc.last));  // gam_n
-    warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
+    if (!phi) warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
     warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, 0, lane);
     store_state(sD, D, m2, lane);
   }
   flash::cp_async_wait<0>();
-  if (a.dS0) store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  if (phi)
+    store_state_fragments(D, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0, m2, lane);
+  else if (seg.local)
+    store_state_fragments(D, seg.end + seg_at * d.K * d.V, d.K, d.V, v0, m2, lane);
+  else if (a.dS0 && s == 0)
+    store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -587,21 +610,22 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
   const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
-  const int vs = gdn::scan_columns(d, dev.index);
+  const gdn::ScanPlan plan = gdn::scan_plan(d, dev.index);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    gdn::visit_vs(vs, [&](auto vt) {
+    gdn::visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;
       gdn::set_smem(gdn::backward_scan_kernel<KT, VS>, smem);
-      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
       const gdn::BackwardScanArgs a{
           gdn::bp(q),      gdn::bp(k),      gdn::bp(w.W),
           gdn::bp(dout),   g.data<float>(), dfinal.defined() ? dfinal.data<float>() : nullptr,
           gdn::bp_mut(dU), gdn::bp_mut(D),  out.dS0.defined() ? out.dS0.data<float>() : nullptr,
           float(scale)};
-      gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
+      gdn::run_scan<VS>(plan, d, true, dev, stream, [&](dim3 grid, const gdn::SegmentArgs& seg) {
+        gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, seg, d);
+        HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
+      });
     });
   });
   if (!stage23) return out;

@@ -190,6 +190,36 @@ __device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][
       }
 }
 
+// The warp's fp32 state fragments to bf16 high and low parts (split_bf16), [rows][8 NT + 8] tiles each.
+template <int MT, int NT>
+__device__ __forceinline__ void store_state_split(bf16x* hi, bf16x* lo, const float (&st)[MT][NT][4], int m0,
+                                                  int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = ni * 8 + chunk_mma::frag_col(lane, e);
+        split_bf16(st[mi][ni][e], hi[r * (NT * 8 + 8) + col], lo[r * (NT * 8 + 8) + col]);
+      }
+}
+
+// Columns c0 .. of the K x K identity as the warp's state fragments (m-tiles from row m0): the start of
+// a segment's transition (SegmentArgs).
+template <int MT, int NT>
+__device__ __forceinline__ void identity_fragments(float (&st)[MT][NT][4], int K, int c0, int m0, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = c0 + ni * 8 + chunk_mma::frag_col(lane, e);
+        st[mi][ni][e] = r == col && r < K ? 1.f : 0.f;
+      }
+}
+
 // The warp's fp32 state fragments (m-tiles from row m0) from, or to, columns v0 .. of an fp32 (K, V)
 // state; rows >= K and columns >= V read as zero and are not written. A null src reads zeros.
 template <int MT, int NT>
@@ -242,12 +272,55 @@ void visit_kt(int K, F&& f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-// Calls f with a scan's column tile VS (scan_columns).
+// Calls f with a scan's column tile VS (ScanPlan::vs).
 template <typename F>
 void visit_vs(int vs, F&& f) {
   if (vs == 16) return f(std::integral_constant<int, 16>{});
   if (vs == 32) return f(std::integral_constant<int, 32>{});
   return f(std::integral_constant<int, 64>{});
+}
+
+// How the forward scan (F3) and the reverse scan (stage 1) run. Both are affine in the state per chunk:
+// forward S_{c+1} = A_c S_c + B_c with A_c = gam_n I - K^T diag(kd) W (K x K), reverse D_{c-1} = A_c^T D_c
+// + B'_c. With nseg > 1 the chunks are split into segments of len chunks and the scan runs in three
+// passes (gated_deltanet.md 4.9): (1) every segment in parallel from a zero state, keeping only its end
+// state E, and the segment's transition Phi (the product of its A_c, or A_c^T) as K extra state
+// columns started from the identity with no input; the segment scanned first starts from the true
+// state, so its E is exact; (2) segment_combine_kernel: start of the next segment = Phi E-chain,
+// start_{s'} = Phi_s start_s + E_s, sequential over the segments only; (3) every segment again from its
+// true start, writing the snapshots as a single scan would.
+struct ScanPlan {
+  int vs;    // state columns per block
+  int nseg;  // segments (1: one sequential scan per column tile)
+  int len;   // chunks per segment (the last may be shorter)
+};
+ScanPlan scan_plan(const Dims& d, int device);
+
+// What a scan kernel's block reads of the plan. The block's segment is blockIdx.z of gridDim.z.
+struct SegmentArgs {
+  int len;             // chunks per segment
+  bool local;          // pass 1: blockIdx.x past the V column tiles scans a column tile of Phi
+  float* end;          // pass 1 out: (B HV, nseg, K, V) f32, E of each segment
+  float* phi;          // pass 1 out: (B HV, nseg, K, K) f32, Phi of each segment
+  const float* start;  // pass 3 in: (B HV, nseg, K, V) f32, the true start of each segment but the first scanned
+};
+
+// Pass 2 on the end states and transitions of pass 1 (reverse: the backward's order, last segment first).
+void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
+                      cudaStream_t stream);
+
+// Runs a scan under the plan: launch(grid, seg) launches its kernel with that grid and SegmentArgs.
+template <int VS, typename Launch>
+void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Launch&& launch) {
+  const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
+  if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, false, nullptr, nullptr, nullptr});
+  const Tensor end = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
+  const Tensor phi = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.K}, DType::f32, dev);
+  const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
+  const unsigned kt = unsigned((d.K + VS - 1) / VS);
+  launch(dim3(vt + kt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, true, end.data<float>(), phi.data<float>(), nullptr});
+  combine_segments(p, d, end.data<float>(), phi.data<float>(), start.data<float>(), reverse, stream);
+  launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
 }
 
 // What the prepare kernel and the forward scan leave for the output kernel and the backward.
@@ -262,10 +335,6 @@ struct WyScratch {
 // V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
                  const Tensor& final_state, const Dims& d, cudaStream_t stream);
-
-// V columns per block of the sequential scans: 64 when that gives a wave of blocks, else 32 or 16,
-// since the chunk recurrence is the critical path and narrower column tiles run more of it at once.
-int scan_columns(const Dims& d, int device);
 
 // The largest shared memory of the forward's and of the backward's kernels at this K, over every
 // column tile of the scans, for gated_delta_rule_fused_supported.

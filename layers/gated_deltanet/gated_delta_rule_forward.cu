@@ -5,7 +5,9 @@
 //                          with Ainv split into bf16 high and low parts (4.6 item 3);
 //   forward_scan_kernel    F3, sequential over the chunks per (b, value head, VS state columns), the
 //                          state (K x VS) in fp32 registers: U = U0 - W @ S, S <- gam_n S + K^T @ (kd .* U);
-//                          writes U over U0 and the bf16 snapshot of each chunk-start state;
+//                          writes U over U0 and the bf16 snapshot of each chunk-start state; with few
+//                          (b, value head) pairs it runs per segment of chunks in three passes, the
+//                          segment starts joined by segment_combine_kernel (ScanPlan, 4.9);
 //   forward_output_kernel  F4 per chunk in parallel: O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ U).
 // The gates (G, gam, kd) are derived per chunk inside each kernel by a one-warp cumsum (64 tokens are
 // one warp), so no gate tensors are stored. K is padded to KT in {64, 128}; V runs in 64-wide tiles
@@ -160,20 +162,27 @@ struct ForwardScanArgs {
   float* final_state;  // (B, HV, K, V) or null
 };
 
-// Grid (ceil(V / VS), B HV), kThreads; smem ForwardScanSmem<KT, VS> (73 KiB at KT = VS = 64). Per chunk:
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kThreads; smem ForwardScanSmem<KT, VS>
+// (73 KiB at KT = VS = 64). Per chunk of the block's segment:
 //   -U = -U0 + W @ S           warp w: token rows [16w, 16w + 16), VS columns, reduction over KT
 //   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [w KT / 4, (w + 1) KT / 4), reduction over 64
 // The next chunk's W, K, U0 and g are copied (cp.async) while this one computes; each warp derives
-// the chunk's gates itself (a one-warp cumsum), so no barrier guards them.
+// the chunk's gates itself (a one-warp cumsum), so no barrier guards them. Pass 1 (seg.local) writes
+// no U and no snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs a, Dims d) {
+__global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = ForwardScanSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sS = reinterpret_cast<bf16x*>(smem + L::kS);
   bf16x* sUk = reinterpret_cast<bf16x*>(smem + L::kUk);
   auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
-  const int v0 = blockIdx.x * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg;
+  const int nseg = gridDim.z, s = blockIdx.z, vt = (d.V + VS - 1) / VS;
+  const bool phi = seg.local && int(blockIdx.x) >= vt;
+  if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == nseg - 1)) return;  // nothing the combine reads
+  const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
+            qh = j / d.hpg;
+  const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
   const bf16x* kb = a.k + (int64_t(b) * d.T * d.H + qh) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
@@ -183,27 +192,36 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
                                              d.K, tid);
     flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K, c * kC,
                                              d.T, d.K, tid);
-    flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0, d.V, 0,
-                                             kC, d.V - v0, tid);
+    if (!phi)
+      flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0, d.V,
+                                               0, kC, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
 
+  const int64_t seg_at = int64_t(bh) * nseg + s;
   float S[MT2][NT][4];
-  load_state_fragments(S, a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr, d.K, d.V, v0, m2, lane);
+  if (phi)
+    identity_fragments(S, d.K, v0, m2, lane);
+  else
+    load_state_fragments(S,
+                         s == 0    ? (a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr)
+                         : seg.local ? nullptr
+                                     : seg.start + seg_at * d.K * d.V,
+                         d.K, d.V, v0, m2, lane);
   store_state(sS, S, m2, lane);
-  load_chunk(0, 0);
-  for (int c = 0; c < d.NC; ++c) {
-    const int p = c & 1;
+  load_chunk(c_begin, 0);
+  for (int c = c_begin; c < c_end; ++c) {
+    const int p = (c - c_begin) & 1;
     flash::cp_async_wait<0>();
     __syncthreads();  // chunk c's tiles and S_c (sS) are visible; every warp is done with buffer p ^ 1
-    if (c + 1 < d.NC) load_chunk(c + 1, p ^ 1);
+    if (c + 1 < c_end) load_chunk(c + 1, p ^ 1);
     const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
     const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
     const bf16x* sU0 = reinterpret_cast<const bf16x*>(buf(p, L::kU0));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    store_tile<KT, VS, kThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
+    if (!seg.local) store_tile<KT, VS, kThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
     float kd[2];
@@ -214,7 +232,8 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        u[0][ni][e] = -__bfloat162float(sU0[(m0 + frag_row(lane, e)) * (VS + 8) + ni * 8 + frag_col(lane, e)]);
+        u[0][ni][e] =
+            phi ? 0.f : -__bfloat162float(sU0[(m0 + frag_row(lane, e)) * (VS + 8) + ni * 8 + frag_col(lane, e)]);
     warp_mma<1, NT, KT, false, false>(u, sW, KT + 8, m0, sS, VS + 8, 0, lane);
     bf16x* Uc = a.U + z * kC * d.V + v0;
 #pragma unroll
@@ -223,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
         const float f = -kd[e / 2];
-        if (v0 + col < d.V)
+        if (!seg.local && v0 + col < d.V)
           *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
         *reinterpret_cast<uint32_t*>(sUk + r * (VS + 8) + col) = pack_bf16(f * u[0][ni][e], f * u[0][ni][e + 1]);
       }
@@ -234,7 +253,66 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
     store_state(sS, S, m2, lane);
   }
   flash::cp_async_wait<0>();
-  if (a.final_state) store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  if (phi)
+    store_state_fragments(S, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0, m2, lane);
+  else if (seg.local)
+    store_state_fragments(S, seg.end + seg_at * d.K * d.V, d.K, d.V, v0, m2, lane);
+  else if (a.final_state && s == nseg - 1)
+    store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Pass 2 of a segmented scan (ScanPlan): the true start of every segment.
+
+template <int KT, int VS>
+struct SegmentCombineSmem {
+  static constexpr size_t kPhi = size_t(KT) * (KT + 8) * 2, kX = size_t(KT) * (VS + 8) * 2;
+  static constexpr size_t kPhiHi = 0, kPhiLo = kPhi;  // bf16 [KT][KT + 8]: Phi_s, high and low parts
+  static constexpr size_t kXhi = 2 * kPhi, kXlo = kXhi + kX;  // bf16 [KT][VS + 8]: the running start
+  static constexpr size_t kBytes = kXlo + kX;
+};
+
+struct SegmentCombineArgs {
+  const float *end, *phi;  // (B HV, nseg, K, V), (B HV, nseg, K, K): pass 1's E and Phi
+  float* start;            // (B HV, nseg, K, V): the true start of each segment but the first
+  int nseg;
+  bool reverse;  // segments in decreasing order (the backward's reverse scan)
+};
+
+// Grid (ceil(V / VS), B HV), kThreads; smem SegmentCombineSmem<KT, VS>. X = E of the first segment, then
+// per following segment s: start_s = X, X = Phi_s X + E_s. The product runs on bf16 high and low parts
+// of Phi and X (split_bf16; the lo x lo term is below fp32 rounding), so the join adds no error beyond
+// what one chunk step of the scan does. Warp w owns state rows [w KT / 4, (w + 1) KT / 4).
+template <int KT, int VS>
+__global__ void __launch_bounds__(kThreads) segment_combine_kernel(SegmentCombineArgs a, Dims d) {
+  using L = SegmentCombineSmem<KT, VS>;
+  constexpr int NT = VS / 8, MT2 = KT / 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sPhiHi = reinterpret_cast<bf16x*>(smem + L::kPhiHi);
+  bf16x* sPhiLo = reinterpret_cast<bf16x*>(smem + L::kPhiLo);
+  bf16x* sXhi = reinterpret_cast<bf16x*>(smem + L::kXhi);
+  bf16x* sXlo = reinterpret_cast<bf16x*>(smem + L::kXlo);
+  const int v0 = blockIdx.x * VS, bh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, m2 = (tid / 32) * (KT / 4);
+  const int step = a.reverse ? -1 : 1, first = a.reverse ? a.nseg - 1 : 0, last = a.reverse ? 0 : a.nseg - 1;
+  auto at = [&](int s) { return int64_t(bh) * a.nseg + s; };
+  float X[MT2][NT][4];
+  load_state_fragments(X, a.end + at(first) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  for (int s = first + step;; s += step) {
+    store_state_fragments(X, a.start + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    if (s == last) break;
+    store_state_split(sXhi, sXlo, X, m2, lane);
+    const float* phi = a.phi + at(s) * d.K * d.K;
+    for (int e = tid; e < KT * KT; e += kThreads) {
+      const int r = e / KT, c = e % KT;
+      split_bf16(r < d.K && c < d.K ? phi[r * d.K + c] : 0.f, sPhiHi[r * (KT + 8) + c], sPhiLo[r * (KT + 8) + c]);
+    }
+    __syncthreads();  // Phi_s and X complete
+    load_state_fragments(X, a.end + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, sPhiHi, KT + 8, m2, sXhi, VS + 8, 0, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, sPhiLo, KT + 8, m2, sXhi, VS + 8, 0, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, sPhiHi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    __syncthreads();  // every warp is done with Phi_s and X
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -320,12 +398,45 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
 // ---------------------------------------------------------------------------------------------------
 // Launchers.
 
-int scan_columns(const Dims& d, int device) {
+// 64 columns per block when that gives a wave of blocks. Otherwise segments when the sequence has
+// enough chunks: about two blocks per SM in pass 3 (the scans fit two or three per SM), segments of at
+// least kMinLen chunks and at least sqrt(NC), so that the sequential combine (nseg steps) stays short
+// next to a segment. Else narrower column tiles (32, 16), which run more of the recurrence at once.
+// HYBRID_GDN_SEGMENTS=0 keeps the single sequential scan (A/B timing, bisecting a mismatch).
+ScanPlan scan_plan(const Dims& d, int device) {
+  static const bool segments = [] {
+    const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
+    return !(e && std::string(e) == "0");
+  }();
   const int64_t pairs = int64_t(d.B) * d.HV;
   const int sms = chunk_mma::sm_count(device);
-  for (int vs : {64, 32})
-    if (pairs * ((d.V + vs - 1) / vs) >= sms) return vs;
-  return 16;
+  auto tiles = [&](int vs) { return int64_t(d.V + vs - 1) / vs; };
+  if (pairs * tiles(64) >= sms) return {64, 1, d.NC};
+  const ScanPlan narrow{pairs * tiles(32) >= sms ? 32 : 16, 1, d.NC};
+  if (!segments) return narrow;
+  constexpr int kMinLen = 8;
+  const int vs = d.V <= 16 ? 16 : d.V <= 32 ? 32 : 64;
+  const int64_t want = std::max<int64_t>(1, 2 * sms / (pairs * tiles(vs)));
+  const int len = int(std::max<int64_t>({int64_t(kMinLen), (d.NC + want - 1) / want,
+                                         int64_t(std::ceil(std::sqrt(double(d.NC))))}));
+  const int nseg = (d.NC + len - 1) / len;
+  return nseg > 1 ? ScanPlan{vs, nseg, len} : narrow;
+}
+
+void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
+                      cudaStream_t stream) {
+  visit_kt(d.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    visit_vs(p.vs, [&](auto vt) {
+      constexpr int VS = decltype(vt)::value;
+      const size_t smem = SegmentCombineSmem<KT, VS>::kBytes;
+      set_smem(segment_combine_kernel<KT, VS>, smem);
+      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
+      segment_combine_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(
+          SegmentCombineArgs{end, phi, start, p.nseg, reverse}, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule segment_combine_kernel", grid, kThreads, smem);
+    });
+  });
 }
 
 size_t forward_smem_max(int K) {
@@ -333,7 +444,8 @@ size_t forward_smem_max(int K) {
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     need = std::max({WyPrepareSmem<KT>::kBytes, ForwardScanSmem<KT, 16>::kBytes, ForwardScanSmem<KT, 32>::kBytes,
-                     ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes});
+                     ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes,
+                     SegmentCombineSmem<KT, 64>::kBytes});
   });
   return need;
 }
@@ -344,7 +456,7 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
   WyScratch w{Tensor::empty({d.B, d.HV, d.NC, kC, d.K}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev)};
-  const int vs = scan_columns(d, dev.index);
+  const ScanPlan plan = scan_plan(d, dev.index);
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     {
@@ -355,11 +467,10 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
       wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule wy_prepare_kernel", grid, kThreads, smem);
     }
-    visit_vs(vs, [&](auto vt) {
+    visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = ForwardScanSmem<KT, VS>::kBytes;
       set_smem(forward_scan_kernel<KT, VS>, smem);
-      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
       const ForwardScanArgs a{bp(k),
                               bp(w.W),
                               bp_mut(w.U),
@@ -367,8 +478,10 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
                               S0.defined() ? S0.data<float>() : nullptr,
                               bp_mut(w.S),
                               final_state.defined() ? final_state.data<float>() : nullptr};
-      forward_scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kThreads, smem);
+      run_scan<VS>(plan, d, false, dev, stream, [&](dim3 grid, const SegmentArgs& seg) {
+        forward_scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, seg, d);
+        HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kThreads, smem);
+      });
     });
   });
   return w;
