@@ -281,14 +281,13 @@ void visit_vs(int vs, F&& f) {
 }
 
 // How the forward scan (F3) and the reverse scan (stage 1) run. Both are affine in the state per chunk:
-// forward S_{c+1} = A_c S_c + B_c with A_c = gam_n I - K^T diag(kd) W (K x K), reverse D_{c-1} = A_c^T D_c
-// + B'_c. With nseg > 1 the chunks are split into segments of len chunks and the scan runs in three
-// passes (gated_deltanet.md 4.9): (1) every segment in parallel from a zero state, keeping only its end
-// state E, and the segment's transition Phi (the product of its A_c, or A_c^T) as K extra state
-// columns started from the identity with no input; the segment scanned first starts from the true
-// state, so its E is exact; (2) segment_combine_kernel: start of the next segment = Phi E-chain,
-// start_{s'} = Phi_s start_s + E_s, sequential over the segments only; (3) every segment again from its
-// true start, writing the snapshots as a single scan would.
+// S_{c+1} = A_c S_c + B_c with A_c = gam_n I - K^T diag(kd) W (K x K), and D_{c-1} = A_c^T D_c + B'_c.
+// With nseg > 1 the chunks are split into segments of len chunks, scanned in three passes
+// (docs/layers/gated_deltanet.md): (1) every segment in parallel from a zero state, keeping only its
+// end E_s, and its transition Phi_s (the product of its A_c, or A_c^T) as K more state columns that
+// start from the identity and get no input; the segment scanned first starts from the true state;
+// (2) segment_combine_kernel: start_{s+1} = Phi_s start_s + E_s in scan order, sequential over the
+// segments only; (3) every segment again from its true start, writing what a single scan writes.
 struct ScanPlan {
   int vs;    // state columns per block
   int nseg;  // segments (1: one sequential scan per column tile)

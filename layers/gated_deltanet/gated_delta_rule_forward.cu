@@ -7,7 +7,7 @@
 //                          state (K x VS) in fp32 registers: U = U0 - W @ S, S <- gam_n S + K^T @ (kd .* U);
 //                          writes U over U0 and the bf16 snapshot of each chunk-start state; with few
 //                          (b, value head) pairs it runs per segment of chunks in three passes, the
-//                          segment starts joined by segment_combine_kernel (ScanPlan, 4.9);
+//                          segment starts joined by segment_combine_kernel (ScanPlan);
 //   forward_output_kernel  F4 per chunk in parallel: O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ U).
 // The gates (G, gam, kd) are derived per chunk inside each kernel by a one-warp cumsum (64 tokens are
 // one warp), so no gate tensors are stored. K is padded to KT in {64, 128}; V runs in 64-wide tiles

@@ -4,6 +4,7 @@
 //   fused_check selfcheck   simple_gla, whose fused path is proven on the GPU: checks the emulator
 //   fused_check gdn         gated_delta_rule, small shapes, strong and weak decays (seconds)
 //   fused_check tiles       gated_delta_rule at every compiled tile configuration (minutes)
+//   fused_check segments    gated_delta_rule with few heads and many chunks: the segmented scans (minutes)
 //   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]
 #include <cmath>
 #include <cstdio>
@@ -147,6 +148,11 @@ int main(int argc, char** argv) {
          {GdnCase{1, 65, 66, 66, 32, 64, true, false, true}, GdnCase{2, 65, 66, 66, 24, 64, false, false, true},
           GdnCase{1, 70, 33, 66, 128, 40, true, false, true}, GdnCase{1, 70, 33, 33, 128, 256, true, false, true}})
       run_gdn(c);
+  } else if (what == "segments") {  // B HV ceil(V / 64) < 132 and NC >= 17: three or more segments (ScanPlan)
+    for (const GdnCase& c :
+         {GdnCase{1, 1317, 2, 2, 64, 64, true, false, true}, GdnCase{2, 1600, 1, 1, 32, 16, true, false, true},
+          GdnCase{1, 1600, 1, 2, 32, 24, false, false, false}, GdnCase{1, 1100, 1, 1, 128, 256, true, false, true}})
+      run_gdn(c);
   } else if (what.rfind("one:", 0) == 0) {
     GdnCase c{};
     int s0 = 0, zb = 0, weak = 0;
@@ -158,7 +164,7 @@ int main(int argc, char** argv) {
     c.s0 = s0, c.zero_beta = zb, c.weak_decay = weak;
     run_gdn(c);
   } else {
-    std::fprintf(stderr, "fused_check: selfcheck | gdn | tiles | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
+    std::fprintf(stderr, "fused_check: selfcheck | gdn | tiles | segments | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
     return 2;
   }
   std::printf(all_ok ? "all within %g\n" : "FAILED (tolerance %g)\n", kTol);

@@ -101,6 +101,40 @@ TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and
   }
 }
 
+TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs the segmented scans and matches the "
+          "recurrent cpu reference",
+          "[gated_delta_rule][gpu]") {
+  // B HV ceil(V / 64) below the SM count and many chunks: the forward and the reverse scan split the
+  // chunks into segments (ScanPlan in gated_delta_rule_cuda.cuh). On a 132-SM GPU: K = V = 64 with B HV = 2
+  // gives 8 segments of 9 chunks, the last of 2 (a partial chunk of 37 tokens); the NAtS-L head shape
+  // (K 128, V 256, 6 heads) 8 segments of 9 with Phi over two 64-column tiles; HV = 2H with 70 chunks
+  // 8 segments of 9; V = 16 and V = 24 run 16- and 32-column tiles (the latter partial) in 4 segments
+  // of 8, the last of one chunk (K = 32: two and one Phi tiles). Strong and weak decays: under weak
+  // ones the state carries across many segments, so a wrong segment start shows.
+  struct Case {
+    int64_t B, T, H, HV, K, V;
+    bool s0, weak_decay;
+  };
+  for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, true, true}, Case{1, 4096 + 37, 2, 2, 64, 64, false, false},
+                        Case{1, 4096 + 37, 6, 6, 128, 256, true, true}, Case{1, 64 * 70, 1, 2, 64, 64, true, true},
+                        Case{2, 1600, 1, 1, 32, 16, true, true}, Case{1, 1600, 1, 2, 32, 24, false, true}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                         << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")) {
+#if HYBRID_CUDA
+      const Tensor probe = Tensor::zeros({c.B, c.T, c.H, c.K}, DType::bf16, Device::cuda(0));
+      REQUIRE(gated_delta_rule_fused_supported(probe, GatedDeltaDims{c.B, c.T, c.H, c.HV, c.K, c.V, c.HV / c.H}));
+#endif
+      const double glo = c.weak_decay ? -0.05 : -0.6, ghi = c.weak_decay ? -0.001 : -0.02;
+      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, c.s0, false, 31, glo, ghi);
+      ParityOptions opt;
+      opt.f32 = false;
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, c.s0); }, in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
 TEST_CASE("the golden gated_delta_rule shapes take the fused path in bf16 on cuda", "[gated_delta_rule][gpu]") {
   // The golden test runs gated_delta_rule_5 and _6 on cuda in bf16; this pins that it checks the fused
   // kernels (and not the toolkit fallback) against the golden recurrence.
