@@ -610,9 +610,13 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
   const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
-  const gdn::ScanPlan plan = gdn::scan_plan(d, dev.index);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
+    const gdn::ScanPlan plan = gdn::scan_plan(d, dev.index, [](int vs) {
+      size_t bytes = 0;
+      gdn::visit_vs(vs, [&](auto vt) { bytes = gdn::BackwardScanSmem<KT, decltype(vt)::value>::kBytes; });
+      return bytes;
+    });
     gdn::visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;

@@ -398,31 +398,6 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
 // ---------------------------------------------------------------------------------------------------
 // Launchers.
 
-// 64 columns per block when that gives a wave of blocks. Otherwise segments when the sequence has
-// enough chunks: about two blocks per SM in pass 3 (the scans fit two or three per SM), segments of at
-// least kMinLen chunks and at least sqrt(NC), so that the sequential combine (nseg steps) stays short
-// next to a segment. Else narrower column tiles (32, 16), which run more of the recurrence at once.
-// HYBRID_GDN_SEGMENTS=0 keeps the single sequential scan (A/B timing, bisecting a mismatch).
-ScanPlan scan_plan(const Dims& d, int device) {
-  static const bool segments = [] {
-    const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
-    return !(e && std::string(e) == "0");
-  }();
-  const int64_t pairs = int64_t(d.B) * d.HV;
-  const int sms = chunk_mma::sm_count(device);
-  auto tiles = [&](int vs) { return int64_t(d.V + vs - 1) / vs; };
-  if (pairs * tiles(64) >= sms) return {64, 1, d.NC};
-  const ScanPlan narrow{pairs * tiles(32) >= sms ? 32 : 16, 1, d.NC};
-  if (!segments) return narrow;
-  constexpr int kMinLen = 8;
-  const int vs = d.V <= 16 ? 16 : d.V <= 32 ? 32 : 64;
-  const int64_t want = std::max<int64_t>(1, 2 * sms / (pairs * tiles(vs)));
-  const int len = int(std::max<int64_t>({int64_t(kMinLen), (d.NC + want - 1) / want,
-                                         int64_t(std::ceil(std::sqrt(double(d.NC))))}));
-  const int nseg = (d.NC + len - 1) / len;
-  return nseg > 1 ? ScanPlan{vs, nseg, len} : narrow;
-}
-
 void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
                       cudaStream_t stream) {
   visit_kt(d.K, [&](auto kt) {
@@ -456,9 +431,13 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
   WyScratch w{Tensor::empty({d.B, d.HV, d.NC, kC, d.K}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev)};
-  const ScanPlan plan = scan_plan(d, dev.index);
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
+    const ScanPlan plan = scan_plan(d, dev.index, [](int vs) {
+      size_t bytes = 0;
+      visit_vs(vs, [&](auto vt) { bytes = ForwardScanSmem<KT, decltype(vt)::value>::kBytes; });
+      return bytes;
+    });
     {
       const size_t smem = WyPrepareSmem<KT>::kBytes;
       set_smem(wy_prepare_kernel<KT>, smem);

@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
          {GdnCase{1, 65, 66, 66, 32, 64, true, false, true}, GdnCase{2, 65, 66, 66, 24, 64, false, false, true},
           GdnCase{1, 70, 33, 66, 128, 40, true, false, true}, GdnCase{1, 70, 33, 33, 128, 256, true, false, true}})
       run_gdn(c);
-  } else if (what == "segments") {  // B HV ceil(V / 64) < 132 and NC >= 17: three or more segments (ScanPlan)
+  } else if (what == "segments") {  // few (b, value head) pairs, many chunks: segmented scans (scan_plan)
     for (const GdnCase& c :
          {GdnCase{1, 1317, 2, 2, 64, 64, true, false, true}, GdnCase{2, 1600, 1, 1, 32, 16, true, false, true},
           GdnCase{1, 1600, 1, 2, 32, 24, false, false, false}, GdnCase{1, 1100, 1, 1, 128, 256, true, false, true}})

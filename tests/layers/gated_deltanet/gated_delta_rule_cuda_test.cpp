@@ -104,19 +104,21 @@ TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and
 TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs the segmented scans and matches the "
           "recurrent cpu reference",
           "[gated_delta_rule][gpu]") {
-  // B HV ceil(V / 64) below the SM count and many chunks: the forward and the reverse scan split the
-  // chunks into segments (ScanPlan in gated_delta_rule_cuda.cuh). On a 132-SM GPU: K = V = 64 with B HV = 2
-  // gives 8 segments of 9 chunks, the last of 2 (a partial chunk of 37 tokens); the NAtS-L head shape
-  // (K 128, V 256, 6 heads) 8 segments of 9 with Phi over two 64-column tiles; HV = 2H with 70 chunks
-  // 8 segments of 9; V = 16 and V = 24 run 16- and 32-column tiles (the latter partial) in 4 segments
-  // of 8, the last of one chunk (K = 32: two and one Phi tiles). Strong and weak decays: under weak
-  // ones the state carries across many segments, so a wrong segment start shows.
+  // Few (b, value head) pairs and many chunks: the scans split the chunks into segments (scan_plan in
+  // gated_delta_rule_cuda.cuh). The plans on a 132-SM GPU (forward / reverse scan): K = V = 64 with
+  // B HV = 2, 16-column tiles in 11 segments of 6 chunks, the last of 5 ending in a partial chunk (37
+  // tokens); 16 heads, 64-column tiles in 11 segments of 6 / 9 of 8; the NAtS-L head shape (K 128,
+  // V 256, 6 heads) 32 / 64 columns in 5 segments of 13, Phi over four / two column tiles; HV = 2H,
+  // 10 segments of 7; K = 32 with V = 16 and with V = 24 (a partial tile), 5 segments of 5, two Phi
+  // tiles. Strong and weak decays: under weak ones the state carries across many segments, so a wrong
+  // segment start shows.
   struct Case {
     int64_t B, T, H, HV, K, V;
     bool s0, weak_decay;
   };
   for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, true, true}, Case{1, 4096 + 37, 2, 2, 64, 64, false, false},
-                        Case{1, 4096 + 37, 6, 6, 128, 256, true, true}, Case{1, 64 * 70, 1, 2, 64, 64, true, true},
+                        Case{1, 4096 + 37, 16, 16, 64, 64, true, true}, Case{1, 4096 + 37, 6, 6, 128, 256, true, true},
+                        Case{1, 64 * 70, 1, 2, 64, 64, true, true},
                         Case{2, 1600, 1, 1, 32, 16, true, true}, Case{1, 1600, 1, 2, 32, 24, false, true}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")) {
