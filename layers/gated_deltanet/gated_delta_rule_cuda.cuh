@@ -302,8 +302,9 @@ struct ScanPlan {
 // beyond what fits the SMs at once (smem_of(vs): the scan's shared memory) as further waves:
 //   single scan   NC waves(B HV tiles)
 //   segmented     len (waves(pass 1 blocks) + waves(pass 3 blocks)) + nseg (the combine's steps)
-// Ties keep the single scan and the narrower tile. HYBRID_GDN_SEGMENTS=0 keeps the single scan (A/B
-// timing, bisecting a mismatch).
+// Ties keep the single scan, and the narrower tile while every block fits at once (a shorter step),
+// else the one with fewer blocks (less repeated loading of the K-side tiles). HYBRID_GDN_SEGMENTS=0
+// keeps the single scan (A/B timing, bisecting a mismatch).
 template <typename SmemOf>
 ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
   static const bool segments = [] {
@@ -313,21 +314,25 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
   const int64_t sms = chunk_mma::sm_count(device), pairs = int64_t(d.B) * d.HV;
   const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
   ScanPlan best{64, 1, d.NC};
-  int64_t best_cost = -1;
+  int64_t best_cost = -1, best_blocks = 0;
+  bool best_fits = false;
   for (int vs : {16, 32, 64}) {
     const int64_t slots = sms * std::max<int64_t>(1, smem_sm / int64_t(smem_of(vs) + 1024));  // 1 KiB per block
     const int64_t vt = (d.V + vs - 1) / vs, kt = (d.K + vs - 1) / vs;
     auto waves = [&](int64_t blocks) { return (blocks + slots - 1) / slots; };
-    auto consider = [&](int nseg, int len, int64_t cost) {
-      if (best_cost < 0 || cost < best_cost) best = {vs, nseg, len}, best_cost = cost;
+    auto consider = [&](int nseg, int len, int64_t cost, int64_t blocks, bool fits) {
+      const bool tie_wins = cost == best_cost && !(fits && best_fits) && blocks < best_blocks;
+      if (best_cost < 0 || cost < best_cost || tie_wins)
+        best = {vs, nseg, len}, best_cost = cost, best_blocks = blocks, best_fits = fits;
     };
-    consider(1, d.NC, d.NC * waves(pairs * vt));
+    consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
     for (int want = 2; segments && want <= std::min(d.NC, 64); ++want) {
       const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
       if (nseg != want) continue;  // the same segments as a smaller want
       // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
       const int64_t pass1 = pairs * ((nseg - 1) * vt + (nseg - 2) * kt), pass3 = pairs * nseg * vt;
-      consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg);
+      consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg, pass1 + pass3,
+               waves(pass1) == 1 && waves(pass3) == 1);
     }
   }
   return best;
