@@ -142,12 +142,13 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
 template <int KT, int VS>
 struct ForwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
+  static constexpr int kStages = 3;  // chunk buffers: the one computed and the next two in flight
   static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;   // one prefetch stage: W, K, U0, raw g
   static constexpr size_t kW = 0;                                // + p kBuf: bf16 [64][KT + 8]
   static constexpr size_t kK = kKTile;                           // + p kBuf: bf16 [64][KT + 8]
   static constexpr size_t kU0 = 2 * kKTile;                      // + p kBuf: bf16 [64][VS + 8]
   static constexpr size_t kGraw = 2 * kKTile + kVTile;           // + p kBuf: f32 [64]
-  static constexpr size_t kS = 2 * kBuf;                         // bf16 [KT][VS + 8]: S_c
+  static constexpr size_t kS = kStages * kBuf;                   // bf16 [KT][VS + 8]: S_c
   static constexpr size_t kUk = kS + size_t(KT) * (VS + 8) * 2;  // bf16 [64][VS + 8]: kd .* U
   static constexpr size_t kBytes = kUk + kVTile;
 };
@@ -163,10 +164,12 @@ struct ForwardScanArgs {
 };
 
 // Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kThreads; smem ForwardScanSmem<KT, VS>
-// (73 KiB at KT = VS = 64). Per chunk of the block's segment:
+// (100 KiB at KT = VS = 64). Per chunk of the block's segment:
 //   -U = -U0 + W @ S           warp w: token rows [16w, 16w + 16), VS columns, reduction over KT
 //   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [w KT / 4, (w + 1) KT / 4), reduction over 64
-// The next chunk's W, K, U0 and g are copied (cp.async) while this one computes; each warp derives
+// The next two chunks' W, K, U0 and g are copied (cp.async) while this one computes: a chunk step is
+// shorter than a global load's latency, so one chunk ahead would leave each step waiting for its
+// tiles when few blocks share an SM (the long-sequence case). Each warp derives
 // the chunk's gates itself (a one-warp cumsum), so no barrier guards them. Pass 1 (seg.local) writes
 // no U and no snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
 template <int KT, int VS>
@@ -211,11 +214,15 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
                          d.K, d.V, v0, m2, lane);
   store_state(sS, S, m2, lane);
   load_chunk(c_begin, 0);
+  if (c_begin + 1 < c_end) load_chunk(c_begin + 1, 1);
   for (int c = c_begin; c < c_end; ++c) {
-    const int p = (c - c_begin) & 1;
-    flash::cp_async_wait<0>();
-    __syncthreads();  // chunk c's tiles and S_c (sS) are visible; every warp is done with buffer p ^ 1
-    if (c + 1 < c_end) load_chunk(c + 1, p ^ 1);
+    const int p = (c - c_begin) % L::kStages;
+    if (c + 1 < c_end)
+      flash::cp_async_wait<1>();  // chunk c + 1's group may stay in flight
+    else
+      flash::cp_async_wait<0>();
+    __syncthreads();  // chunk c's tiles and S_c (sS) are visible; every warp is done with chunk c - 1's buffer
+    if (c + 2 < c_end) load_chunk(c + 2, (c + 2 - c_begin) % L::kStages);
     const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
     const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
     const bf16x* sU0 = reinterpret_cast<const bf16x*>(buf(p, L::kU0));

@@ -105,10 +105,10 @@ TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs 
           "recurrent cpu reference",
           "[gated_delta_rule][gpu]") {
   // Few (b, value head) pairs and many chunks: the scans split the chunks into segments (scan_plan in
-  // gated_delta_rule_cuda.cuh). The plans on a 132-SM GPU (forward / reverse scan): K = V = 64 with
+  // gated_delta_rule_cuda.cuh). The plans on a 132-SM GPU (forward and reverse scan): K = V = 64 with
   // B HV = 2, 16-column tiles in 11 segments of 6 chunks, the last of 5 ending in a partial chunk (37
-  // tokens); 16 heads, 64-column tiles in 11 segments of 6 / 9 of 8; the NAtS-L head shape (K 128,
-  // V 256, 6 heads) 32 / 64 columns in 5 segments of 13, Phi over four / two column tiles; HV = 2H,
+  // tokens); 16 heads, 64-column tiles in 9 segments of 8, the last of 1; the NAtS-L head shape (K 128,
+  // V 256, 6 heads) 64-column tiles in 5 segments of 13, Phi over two column tiles; HV = 2H,
   // 10 segments of 7; K = 32 with V = 16 and with V = 24 (a partial tile), 5 segments of 5, two Phi
   // tiles. Strong and weak decays: under weak ones the state carries across many segments, so a wrong
   // segment start shows.
