@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
     identity_fragments(S, d.K, v0, m2, lane);
   else
     load_state_fragments(S,
-                         s == 0    ? (a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr)
+                         s == 0      ? (a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr)
                          : seg.local ? nullptr
                                      : seg.start + seg_at * d.K * d.V,
                          d.K, d.V, v0, m2, lane);
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
 template <int KT, int VS>
 struct SegmentCombineSmem {
   static constexpr size_t kPhi = size_t(KT) * (KT + 8) * 2, kX = size_t(KT) * (VS + 8) * 2;
-  static constexpr size_t kPhiHi = 0, kPhiLo = kPhi;  // bf16 [KT][KT + 8]: Phi_s, high and low parts
+  static constexpr size_t kPhiHi = 0, kPhiLo = kPhi;          // bf16 [KT][KT + 8]: Phi_s, high and low parts
   static constexpr size_t kXhi = 2 * kPhi, kXlo = kXhi + kX;  // bf16 [KT][VS + 8]: the running start
   static constexpr size_t kBytes = kXlo + kX;
 };
@@ -414,8 +414,8 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
       const size_t smem = SegmentCombineSmem<KT, VS>::kBytes;
       set_smem(segment_combine_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      segment_combine_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(
-          SegmentCombineArgs{end, phi, start, p.nseg, reverse}, d);
+      segment_combine_kernel<KT, VS>
+          <<<grid, kThreads, smem, stream>>>(SegmentCombineArgs{end, phi, start, p.nseg, reverse}, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule segment_combine_kernel", grid, kThreads, smem);
     });
   });
@@ -425,9 +425,9 @@ size_t forward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    need = std::max({WyPrepareSmem<KT>::kBytes, ForwardScanSmem<KT, 16>::kBytes, ForwardScanSmem<KT, 32>::kBytes,
-                     ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes,
-                     SegmentCombineSmem<KT, 64>::kBytes});
+    need =
+        std::max({WyPrepareSmem<KT>::kBytes, ForwardScanSmem<KT, 16>::kBytes, ForwardScanSmem<KT, 32>::kBytes,
+                  ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes, SegmentCombineSmem<KT, 64>::kBytes});
   });
   return need;
 }

@@ -164,7 +164,9 @@ int main(int argc, char** argv) {
     c.s0 = s0, c.zero_beta = zb, c.weak_decay = weak;
     run_gdn(c);
   } else {
-    std::fprintf(stderr, "fused_check: selfcheck | gdn | tiles | segments | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
+    std::fprintf(
+        stderr,
+        "fused_check: selfcheck | gdn | tiles | segments | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
     return 2;
   }
   std::printf(all_ok ? "all within %g\n" : "FAILED (tolerance %g)\n", kTol);

@@ -7,10 +7,10 @@
 #include "core/error.h"
 
 extern "C" cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMultiProcessorCount                 ? 132
-       : a == cudaDevAttrMaxSharedMemoryPerBlockOptin        ? 232448
-       : a == cudaDevAttrMaxSharedMemoryPerMultiprocessor    ? 233472
-                                                             : 0;
+  *v = a == cudaDevAttrMultiProcessorCount                ? 132
+       : a == cudaDevAttrMaxSharedMemoryPerBlockOptin     ? 232448
+       : a == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 233472
+                                                          : 0;
   return cudaSuccess;
 }
 
