@@ -359,7 +359,7 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
   const Tensor end = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
   const Tensor phi = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.K}, DType::f32, dev);
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
-  const unsigned kt = unsigned((d.K + VS - 1) / VS);
+  const unsigned kt = p.nseg > 2 ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
   launch(dim3(vt + kt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, true, end.data<float>(), phi.data<float>(), nullptr});
   combine_segments(p, d, end.data<float>(), phi.data<float>(), start.data<float>(), reverse, stream);
   launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
