@@ -167,10 +167,10 @@ struct ForwardScanArgs {
 // (100 KiB at KT = VS = 64). Per chunk of the block's segment:
 //   -U = -U0 + W @ S           warp w: token rows [16w, 16w + 16), VS columns, reduction over KT
 //   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [w KT / 4, (w + 1) KT / 4), reduction over 64
-// The next two chunks' W, K, U0 and g are copied (cp.async) while this one computes: a chunk step is
-// shorter than a global load's latency, so one chunk ahead would leave each step waiting for its
-// tiles when few blocks share an SM (the long-sequence case). Each warp derives
-// the chunk's gates itself (a one-warp cumsum), so no barrier guards them. Pass 1 (seg.local) writes
+// The next two chunks' W, K, U0 and g are copied (cp.async) while this one computes: a chunk step (a
+// few dependent warp products) can be shorter than a global load under load, and with few blocks per
+// SM nothing else hides the wait. Each warp derives the chunk's gates itself (a one-warp cumsum), so
+// no barrier guards them. Pass 1 (seg.local) writes
 // no U and no snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
 template <int KT, int VS>
 __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
