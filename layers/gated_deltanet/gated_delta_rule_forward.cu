@@ -414,8 +414,8 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
       const size_t smem = SegmentCombineSmem<KT, VS>::kBytes;
       set_smem(segment_combine_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      segment_combine_kernel<KT, VS>
-          <<<grid, kThreads, smem, stream>>>(SegmentCombineArgs{end, phi, start, p.nseg, reverse}, d);
+      const SegmentCombineArgs a{end, phi, start, p.nseg, reverse};
+      segment_combine_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule segment_combine_kernel", grid, kThreads, smem);
     });
   });
