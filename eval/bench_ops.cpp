@@ -1,5 +1,6 @@
-// `hybrid bench ops [--filter NAME[,NAME...]] [--reps N] [--out FILE.jsonl]`: times each CUDA kernel (those
-// whose name contains one of the filter's comma-separated parts) with CUDA
+// `hybrid bench ops [--filter NAME[,NAME...]] [--shape TEXT] [--reps N] [--out FILE.jsonl]`: times each CUDA
+// kernel (those whose name contains one of the filter's comma-separated parts and whose shape contains
+// TEXT, e.g. " T16384 ") with CUDA
 // events (median of N runs after warm-up) and reports it against the two ceilings measured in the same
 // run: a large device-to-device copy (bytes read + written per second) and a large bf16 GEMM. Every case
 // states the bytes it must move and the FLOPs it must do (METHOD.md), so the table says how far each
@@ -22,6 +23,8 @@
 #include "train/cli.h"
 
 #if HYBRID_CUDA
+#include <cuda_profiler_api.h>
+
 #include "autograd/ops/binary.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
@@ -443,11 +446,12 @@ int cmd_bench(Args& args) {
   HYB_CHECK(what == "ops", "bench: expected `hybrid bench ops`, `hybrid bench decode` or `hybrid bench dp`, got \"",
             what.value_or(""), "\"");
   const std::string filter = args.value("--filter", "");
+  const std::string shape = args.value("--shape", "");
   const int reps = int(args.integer("--reps", 20));
   const std::string out = args.value("--out", "");
   args.finish();
 #if !HYBRID_CUDA
-  (void)filter, (void)reps, (void)out;
+  (void)filter, (void)shape, (void)reps, (void)out;
   throw Error("bench ops: this build has no CUDA backend (configure with -DHYBRID_CUDA=ON)");
 #else
   HYB_CHECK(cuda_device_count() > 0, "bench ops: no CUDA device is visible");
@@ -465,11 +469,16 @@ int cmd_bench(Args& args) {
               props.name.c_str(), props.sm_count, copy_gbs, copy_ms, gemm_tflops, gemm_ms);
   std::printf("%-30s %-32s %10s %10s %8s %10s %8s\n", "kernel", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%gemm");
   for (const BenchCase& bc : make_cases()) {
-    if (!matches_filter(bc.name, filter)) continue;
+    if (!matches_filter(bc.name, filter) || (" " + bc.shape + " ").find(shape) == std::string::npos) continue;
     double ms = 0;
     try {
+      // Only the cases' own launches fall inside a profiler range (ncu --profile-from-start off), not the
+      // input set-up or the ceilings.
+      cudaProfilerStart();
       ms = median_ms(bc.run, reps);
+      cudaProfilerStop();
     } catch (const Error& e) {
+      cudaProfilerStop();
       std::printf("%-30s %-32s %s\n", bc.name.c_str(), bc.shape.c_str(), e.what());
       continue;
     }

@@ -6,6 +6,7 @@
 # Runs the [gpu] layer tests of the families in GPU_TAGS, `hybrid bench ops` on BENCH_FILTER, the
 # other [gpu] layer tests, `hybrid bench decode` and the PyTorch SDPA anchor, in that order (the
 # newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
+# NCU_CASES adds per-kernel times of chosen bench cases (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -44,6 +45,16 @@ done
 timeout "${BENCH_TIMEOUT:-60}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
   --filter "${BENCH_FILTER:-gated_delta_rule,nha,gsa,simple_gla,mamba2_block}" > "$out/bench.log" 2>&1
 echo "bench ops: rc $?"
+# Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
+# the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
+IFS=';' read -ra ncu_cases <<< "${NCU_CASES:-}"
+for c in "${ncu_cases[@]}"; do
+  tag=$(printf '%s' "$c" | tr -c 'A-Za-z0-9' _)
+  timeout "${NCU_TIMEOUT:-90}" ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+    --csv "$build/hybrid" bench ops --filter "${c%%@*}" --shape "${c#*@}" --reps 1 > "$out/ncu_$tag.csv" 2> "$out/ncu_$tag.err"
+  echo "ncu $c: rc $?"
+  python3 tools/ncu_summary.py "$out/ncu_$tag.csv" 4 | head -25
+done
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
 timeout 30 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
 echo "bench decode: rc $?"
