@@ -495,6 +495,7 @@ int cmd_bench(Args& args) {
       r.add("copy_gb_per_s", copy_gbs).add("gemm_tflops", gemm_tflops).add("device", props.name);
       append_record(out, r);
     }
+    std::fflush(stdout);  // a row per case as it ends, also into a file under a timeout that may cut the run
   }
   return 0;
 #endif

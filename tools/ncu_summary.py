@@ -6,7 +6,7 @@ import csv
 import sys
 from collections import defaultdict
 
-SCALE_TO_US = {'nsecond': 1e-3, 'usecond': 1.0, 'msecond': 1e3, 'second': 1e6}
+SCALE_TO_US = {'nsecond': 1e-3, 'ns': 1e-3, 'usecond': 1.0, 'us': 1.0, 'msecond': 1e3, 'ms': 1e3, 'second': 1e6, 's': 1e6}
 
 
 def main():
