@@ -1,12 +1,15 @@
-// CUDA RMSNorm (rmsnorm_op.h has the math). One warp per row: rows are d_model wide (<= a few
-// thousand), so 32 lanes striding the row keep loads coalesced and the reduction is shuffles only.
-// Loads and stores move V elements at a time (16-byte packs when the row width and pointers allow,
-// kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: a
-// warp sums dy * xhat of its rows per column (in registers when a packed row fits 4 packs a lane,
-// else in its own shared fp32 row; a lane only ever touches its own columns, so no barrier is
-// needed), the block adds its warps' sums in warp order into one partial row, and
-// column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order. Packed rows wider than
-// 4 packs a lane take a block per row instead, with every value in registers.
+// CUDA RMSNorm (rmsnorm_op.h has the math). Three layouts by row width, all with loads and stores of
+// V elements at a time (16-byte packs when the row width and pointers allow, kernels/vector_io.cuh)
+// and statistics in fp32:
+//  - packed rows of at most 64 packs: a warp per row, the lane's packs in registers (one read);
+//  - packed rows of 65 to 512 packs (d_model 768 to 4096 in bf16): row-group blocks, one pack of
+//    each stream per thread and several rows per block row in flight (rmsnorm_forward_rows_kernel);
+//  - wider or unpacked rows: a warp per row striding it, re-reading it for the second pass.
+// The weight gradient is reduced deterministically: each warp or block sums dy * xhat of its rows
+// per column in a fixed order (registers, or a warp's own shared fp32 row for the widest rows), the
+// block adds its warps' or slots' sums in order into one partial row, and column_sum_kernel
+// (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
+// device the results are the same bits on every run.
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
