@@ -7,7 +7,9 @@
 // so every row a warp takes uses the same gain row and the warp sums into its own shared (Gs,) row
 // (a lane only touches its own columns: no barriers); the block adds its warps' rows in warp order
 // into one (wrows, Gs) partial, and column_sum_kernel adds the partials in a fixed order. Rows wider
-// than a warp's pack row (Mamba2's) take a block per row instead (backward_rows_kernel below).
+// than a warp's pack row (Mamba2's) take row-group blocks instead (the rows kernels below), whose
+// slots each keep one gain row and write their own partial row. No float atomics: for a given shape
+// and device the results are the same bits on every run.
 #include <algorithm>
 #include <numeric>
 
