@@ -170,8 +170,8 @@ constexpr int kMaxRunGroups = 256;    // backward gridDim.y cap: the number of d
 constexpr int kLookahead = 4;
 // Backward channels a thread (where C and the pointers allow 16-byte packs): 4, an 8-byte pack in
 // bf16. The thread's registers scale with it (the W + 1 dw sums, W weights, W inputs and W dpre
-// values of each channel): 8 bf16 channels took about 190 registers and two 128-thread blocks an SM,
-// 4 take half, so an SM holds more than twice the warps to cover the loads' latency.
+// values of each channel): 8 bf16 channels took about 190 registers (two 128-thread blocks an SM);
+// 4 take 119, 149 with the lookahead rows (three blocks an SM, ptxas sm_90, W = 4).
 constexpr int kBackwardPack = 4;
 
 struct ConvShape {
