@@ -23,17 +23,21 @@ namespace hyb {
 namespace {
 
 constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
-constexpr int kMaxRowThreads = 512;  // row-group kernels: threads a block, at most 64 registers a thread
-// Row-group kernels: rows a slot keeps in flight, forward (x only) and backward (x and dy). With two
-// 512-thread blocks an SM (64 registers a thread) that is 64 KiB of loads in flight an SM either way;
-// four backward rows would not fit 64 registers (ptxas spills).
+// Row-group kernels: rows of up to kMaxRowThreads packs, at most 64 registers a thread, blocks of
+// about kRowGroupThreads threads (several slots when a row is narrower): four blocks an SM at
+// d_model 1024, whose barriers fall at different times, so one block's loads are in flight while
+// another reduces. Rows a slot keeps in flight: forward (x only) and backward (x and dy), at 1024
+// threads an SM 64 KiB of loads either way; four backward rows would not fit 64 registers (ptxas
+// spills).
+constexpr int kMaxRowThreads = 512;
+constexpr int kRowGroupThreads = 256;
 constexpr int kFwdRowsPerSlot = 4;
 constexpr int kBwdRowsPerSlot = 2;
 
-// A row-group block: ceil(C / V) threads per row (whole warps) and as many slots as fill kMaxRowThreads.
+// A row-group block: ceil(C / V) threads per row (whole warps) and as many slots as fill kRowGroupThreads.
 dim3 row_group_block(int C, int V) {
   const int tx = (C / V + kWarpSize - 1) / kWarpSize * kWarpSize;
-  return dim3(tx, std::max(1, kMaxRowThreads / tx));
+  return dim3(tx, std::max(1, kRowGroupThreads / tx));
 }
 
 template <typename T, int V>
@@ -243,7 +247,7 @@ __global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T*
 
 // Rows of 65 to kMaxRowThreads packs (d_model 768 and up in bf16): a block row (threadIdx.y) of
 // ceil(C / V) threads (rounded to warps) per table row, one pack of each stream per thread, and
-// blockDim.y such slots (about kRowBlockThreads threads a block). A slot takes kRows consecutive rows
+// blockDim.y such slots (about kRowGroupThreads threads a block). A slot takes kRows consecutive rows
 // per step, issuing all their loads before any math, so a thread keeps kRows packs of x (and of dy)
 // in flight, and the row statistics of those rows cost one barrier (block_row_sum). Rows are held as
 // raw packs (bf16: 4 registers a pack) and converted where used. The block walks groups of
