@@ -76,14 +76,28 @@ Tensor uniform_cuda(const Shape& s, uint64_t seed, double lo, double hi) {
   return t;
 }
 
-// A host function that holds the stream until the host has queued a whole rep (or 20 ms have passed:
-// a rep that itself waits on the device, a copy to the host, cannot be held and runs as queued).
-void CUDART_CB hold_stream(void* open) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-  while (!static_cast<std::atomic<bool>*>(open)->load(std::memory_order_acquire) &&
-         std::chrono::steady_clock::now() < until)
-    std::this_thread::yield();
-}
+// Holds a stream, a host function waiting on a flag, until release() or 20 ms have passed (a rep that
+// itself waits on the device, a copy to the host, cannot be held and runs as queued). The destructor
+// releases it and waits for the stream, so the flag outlives the host function even if a rep throws.
+class StreamHold {
+ public:
+  explicit StreamHold(cudaStream_t s) : s_(s) { HYB_CUDA_CHECK(cudaLaunchHostFunc(s, wait_open, &open_)); }
+  ~StreamHold() {
+    release();
+    (void)cudaStreamSynchronize(s_);
+  }
+  void release() { open_.store(true, std::memory_order_release); }
+
+ private:
+  static void CUDART_CB wait_open(void* open) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (!static_cast<std::atomic<bool>*>(open)->load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  }
+  cudaStream_t s_;
+  std::atomic<bool> open_{false};
+};
 
 // The events time the device work of a rep alone. Each rep starts from an idle GPU, so without the
 // hold the first event would fire as soon as it is queued and the time would include the host's
@@ -95,12 +109,11 @@ double median_ms(const std::function<void()>& fn, int reps) {
   std::vector<float> ms;
   CudaEvent a(true), b(true);
   for (int i = 0; i < reps; ++i) {
-    std::atomic<bool> open{false};
-    HYB_CUDA_CHECK(cudaLaunchHostFunc(s, hold_stream, &open));
+    StreamHold hold(s);
     a.record(s);
     fn();
     b.record(s);
-    open.store(true, std::memory_order_release);
+    hold.release();
     b.synchronize();
     ms.push_back(a.elapsed_ms(b));
   }

@@ -116,13 +116,13 @@ struct BlockRowSlices {
           f(v[u], p);
         }
       }
-      return;
-    }
-    for (int64_t p = lane; p < packs; p += blockDim.x) {
-      P v[NA];
+    } else {
+      for (int64_t p = lane; p < packs; p += blockDim.x) {
+        P v[NA];
 #pragma unroll
-      for (int a = 0; a < NA; ++a) v[a] = s_cache ? s_cache[a * packs + p] : load_pack<P>(row[a] + p * kVec);
-      f(v, p);
+        for (int a = 0; a < NA; ++a) v[a] = s_cache ? s_cache[a * packs + p] : load_pack<P>(row[a] + p * kVec);
+        f(v, p);
+      }
     }
   }
 };
