@@ -35,12 +35,6 @@ constexpr int kRowGroupRegisters = 80;
 constexpr int kFwdRowsPerSlot = 2;
 constexpr int kBwdRowsPerSlot = 1;
 
-// A row-group block: ceil(Gs / V) threads per row (whole warps) and as many slots as fill kRowGroupThreads.
-dim3 row_group_block(int Gs, int V) {
-  const int tx = (Gs / V + kWarpSize - 1) / kWarpSize * kWarpSize;
-  return dim3(tx, std::max(1, kRowGroupThreads / tx));
-}
-
 // Row-group blocks to fill the device once at `kernel`'s occupancy (fewer for few rows), rounded up so
 // the slots Q = grid * block.y are a multiple of wrows: each slot then keeps one gain row.
 template <typename Kernel>
@@ -171,6 +165,30 @@ __global__ void __maxnreg__(kRowGroupRegisters)
 // Backward
 // ---------------------------------------------------------------------------------------------
 
+// One element's backward terms: the gate's sigmoid sg, the normalised value nh and dnh = dL/dnh.
+struct GatedTerms {
+  float sg, nh, dnh;
+};
+
+__device__ __forceinline__ GatedTerms gated_terms(bool gate_first, float x, float z, float g, float w, float rs) {
+  const float sg = sigmoidf_(z);
+  return {sg, (gate_first ? x * z * sg : x) * rs, gate_first ? g * w : g * w * z * sg};
+}
+
+// The element's dx (ox) and dz (oz) from its terms and dn = r (dnh - nh m); returns its dw term.
+__device__ __forceinline__ float gated_grads(bool gate_first, float x, float z, float g, float w, float rs,
+                                             const GatedTerms& t, float dn, float& ox, float& oz) {
+  const float dsilu = t.sg * (1.f + z * (1.f - t.sg));
+  if (gate_first) {
+    ox = dn * z * t.sg;
+    oz = dn * x * dsilu;
+  } else {
+    ox = dn;
+    oz = g * t.nh * w * dsilu;
+  }
+  return gate_first ? g * x * z * t.sg * rs : g * z * t.sg * x * rs;
+}
+
 // Per row, with nh the normalised row (a r or x r) and dnh = dL/dnh, m = mean(dnh nh):
 //   dn = r (dnh - nh m) is dL/da (gate first) or dL/dx (norm first);
 //   gate first: dx = dn silu(z), dz = dn x silu'(z), dw += dy nh
@@ -206,10 +224,8 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
         load_f32(wr + c, wv);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const float sg = sigmoidf_(zv[e]);
-          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
-          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-          m += dnh * nh;
+          const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs);
+          m += t.dnh * t.nh;
         }
       }
       m = warp_reduce_sum(m) / float(Gs);
@@ -222,19 +238,10 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
       load_f32(wr + c, wv);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float sg = sigmoidf_(zv[e]);
-        const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
-        const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
-        const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-        const float dn = rs * (dnh - nh * m);
-        if (gate_first) {
-          ox[e] = dn * zv[e] * sg;
-          oz[e] = dn * xv[e] * dsilu;
-        } else {
-          ox[e] = dn;
-          oz[e] = go[e] * nh * wv[e] * dsilu;
-        }
-        if (dw_partial) my_dw[c + e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs : go[e] * zv[e] * sg * xv[e] * rs;
+        const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs);
+        const float dwe =
+            gated_grads(gate_first, xv[e], zv[e], go[e], wv[e], rs, t, rs * (t.dnh - t.nh * m), ox[e], oz[e]);
+        if (dw_partial) my_dw[c + e] += dwe;
       }
       if (dx) store_f32(dx + row * Gs + c, ox);
       if (dz) store_f32(dz + row * Gs + c, oz);
@@ -293,6 +300,13 @@ __global__ void __maxnreg__(kRowGroupRegisters)
         }
       }
     }
+    // Row r's x, z, dy and gain packs in fp32.
+    auto unpack_row = [&](int r, float(&xv)[V], float(&zv)[V], float(&go)[V], float(&wv)[V]) {
+      unpack_f32(xp[r], xv);
+      unpack_f32(zp[r], zv);
+      unpack_f32(gp[r], go);
+      unpack_f32(wp, wv);
+    };
     // m = mean(dnh * nh) of each row, when dx or dz is wanted (a uniform branch: the barrier is safe).
     float m[kRows];
 #pragma unroll
@@ -301,16 +315,11 @@ __global__ void __maxnreg__(kRowGroupRegisters)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float xv[V], zv[V], go[V], wv[V];
-        unpack_f32(xp[r], xv);
-        unpack_f32(zp[r], zv);
-        unpack_f32(gp[r], go);
-        unpack_f32(wp, wv);
+        unpack_row(r, xv, zv, go, wv);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const float sg = sigmoidf_(zv[e]);
-          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs[r];
-          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-          m[r] += dnh * nh;
+          const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
+          m[r] += t.dnh * t.nh;
         }
       }
       block_row_sum(m, s_sum[step % 2]);
@@ -321,25 +330,12 @@ __global__ void __maxnreg__(kRowGroupRegisters)
       const int64_t row = q + (k + r) * Q;
       const float mr = m[r] / float(Gs);
       float xv[V], zv[V], go[V], wv[V], ox[V], oz[V];
-      unpack_f32(xp[r], xv);
-      unpack_f32(zp[r], zv);
-      unpack_f32(gp[r], go);
-      unpack_f32(wp, wv);
+      unpack_row(r, xv, zv, go, wv);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float sg = sigmoidf_(zv[e]);
-        const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
-        const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs[r];
-        const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-        const float dn = rs[r] * (dnh - nh * mr);
-        if (gate_first) {
-          ox[e] = dn * zv[e] * sg;
-          oz[e] = dn * xv[e] * dsilu;
-        } else {
-          ox[e] = dn;
-          oz[e] = go[e] * nh * wv[e] * dsilu;
-        }
-        dw[e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs[r] : go[e] * zv[e] * sg * xv[e] * rs[r];
+        const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
+        dw[e] += gated_grads(gate_first, xv[e], zv[e], go[e], wv[e], rs[r], t, rs[r] * (t.dnh - t.nh * mr), ox[e],
+                             oz[e]);
       }
       if (row >= rows) continue;
       if (dx) store_f32(dx + row * Gs + c, ox);
@@ -375,7 +371,7 @@ Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tens
         auto kernel = order == GatedNormOrder::gate_then_norm
                           ? gated_rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot, true>
                           : gated_rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot, false>;
-        const dim3 block = row_group_block(Gs, P);
+        const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
         const int grid = row_group_grid(kernel, block, kFwdRowsPerSlot, rows, wrows, dev);
         kernel<<<grid, block, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(),
                                                         rstd.data<float>(), rows, Gs, wrows, float(eps));
@@ -435,7 +431,7 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
     if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
       auto kernel = gate_first ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, true>
                                : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, false>;
-      const dim3 block = row_group_block(Gs, P);
+      const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
       const int blocks = row_group_grid(kernel, block, kBwdRowsPerSlot, rows, wrows, dev);
       const int partial_rows = int(int64_t(blocks) * block.y / wrows);
       Tensor partial;

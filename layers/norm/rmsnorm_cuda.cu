@@ -34,12 +34,6 @@ constexpr int kRowGroupThreads = 256;
 constexpr int kFwdRowsPerSlot = 4;
 constexpr int kBwdRowsPerSlot = 2;
 
-// A row-group block: ceil(C / V) threads per row (whole warps) and as many slots as fill kRowGroupThreads.
-dim3 row_group_block(int C, int V) {
-  const int tx = (C / V + kWarpSize - 1) / kWarpSize * kWarpSize;
-  return dim3(tx, std::max(1, kRowGroupThreads / tx));
-}
-
 template <typename T, int V>
 __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                        float* __restrict__ rstd, int64_t rows, int C, float eps) {
@@ -420,7 +414,7 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
       launch(rmsnorm_forward_cached_kernel<T, P, 2>);
     else if (packed && C <= kMaxRowThreads * P) {
       auto kernel = rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot>;
-      const dim3 block = row_group_block(C, P);
+      const dim3 block = row_group_block(C, P, kRowGroupThreads);
       const int threads = int(block.x * block.y);
       const int64_t groups = (rows + block.y * kFwdRowsPerSlot - 1) / (block.y * kFwdRowsPerSlot);
       const int grid = grid_blocks_for(kernel, groups * threads, threads, 0, dev);
@@ -483,7 +477,7 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     } else if (packed && C <= 2 * kWarpSize * P) {
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
     } else if (packed && C <= kMaxRowThreads * P) {
-      const dim3 block = row_group_block(C, P);
+      const dim3 block = row_group_block(C, P, kRowGroupThreads);
       const size_t smem = needed[1] && block.y > 1 ? block.y * row_bytes : 0;
       launch(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>, block, int(block.y) * kBwdRowsPerSlot, smem);
     } else {
