@@ -1,7 +1,8 @@
 // `hybrid bench ops [--filter NAME[,NAME...]] [--shape TEXT] [--reps N] [--out FILE.jsonl]`: times each CUDA
 // kernel (those whose name contains one of the filter's comma-separated parts and whose shape contains
-// TEXT, e.g. " T16384 ") with CUDA
-// events (median of N runs after warm-up) and reports it against the two ceilings measured in the same
+// TEXT, e.g. " T16384 ") with CUDA events (median of N runs after warm-up; device time: the stream is held
+// until a run is queued, so the host's launch latency is not counted, see median_ms) and reports it
+// against the two ceilings measured in the same
 // run: a large device-to-device copy (bytes read + written per second) and a large bf16 GEMM. Every case
 // states the bytes it must move and the FLOPs it must do (METHOD.md), so the table says how far each
 // kernel is from its floor. Inputs are random, never zeros.
@@ -11,9 +12,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -31,6 +35,7 @@
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "autograd/tape.h"
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/cuda_device.h"
 #include "layers/conv1d/conv1d_op.h"
@@ -74,15 +79,44 @@ Tensor uniform_cuda(const Shape& s, uint64_t seed, double lo, double hi) {
   return t;
 }
 
+// Holds a stream, a host function waiting on a flag, until release() or 20 ms have passed (a rep that
+// itself waits on the device, a copy to the host, cannot be held and runs as queued). The destructor
+// releases it and waits for the stream, so the flag outlives the host function even if a rep throws.
+class StreamHold {
+ public:
+  explicit StreamHold(cudaStream_t s) : s_(s) { HYB_CUDA_CHECK(cudaLaunchHostFunc(s, wait_open, &open_)); }
+  ~StreamHold() {
+    release();
+    (void)cudaStreamSynchronize(s_);
+  }
+  void release() { open_.store(true, std::memory_order_release); }
+
+ private:
+  static void CUDART_CB wait_open(void* open) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (!static_cast<std::atomic<bool>*>(open)->load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  }
+  cudaStream_t s_;
+  std::atomic<bool> open_{false};
+};
+
+// The events time the device work of a rep alone. Each rep starts from an idle GPU, so without the
+// hold the first event would fire as soon as it is queued and the time would include the host's
+// allocation and launch latency before the first kernel (a few microseconds: ~10% of a 50 us kernel);
+// in training the host runs ahead of the GPU and that latency is hidden.
 double median_ms(const std::function<void()>& fn, int reps) {
   cudaStream_t s = current_stream(0);
   for (int i = 0; i < 3; ++i) fn();
   std::vector<float> ms;
   CudaEvent a(true), b(true);
   for (int i = 0; i < reps; ++i) {
+    StreamHold hold(s);
     a.record(s);
     fn();
     b.record(s);
+    hold.release();
     b.synchronize();
     ms.push_back(a.elapsed_ms(b));
   }
@@ -147,23 +181,27 @@ bool matches_filter(const std::string& name, const std::string& filter) {
 std::vector<BenchCase> make_cases() {
   std::vector<BenchCase> cases;
   const DType bf = DType::bf16;
-  {  // RMSNorm over d_model 1024, B*T = 32768 rows: read x, w; write y (+ rstd).
+  {  // RMSNorm over d_model 1024, B*T = 32768 rows: forward reads x, w; writes y and rstd. Backward
+     // reads x, dy, w, rstd; writes dx and dw (through the per-block partials, ~1 MB, not counted).
     const int64_t N = 32768, C = 1024;
     Tensor x = random_cuda({N, C}, bf, 1), w = random_cuda({C}, bf, 2);
     RmsNormSaved s;
     rmsnorm_forward(x, w, 1e-5, &s);
     Tensor dy = random_cuda({N, C}, bf, 3);
-    cases.push_back({"rmsnorm_forward", "32768x1024 bf16", double(N * C * 2 * 2 + N * 4), double(N * C * 4),
+    cases.push_back({"rmsnorm_forward", "32768x1024 bf16", double(N * C * 2 * 2 + N * 4 + C * 2), double(N * C * 4),
                      [=] { rmsnorm_forward(x, w, 1e-5, nullptr); }});
-    cases.push_back({"rmsnorm_backward", "32768x1024 bf16", double(N * C * 2 * 3), double(N * C * 8),
-                     [=] { rmsnorm_backward(s, dy, GradMask{3}); }});
+    cases.push_back({"rmsnorm_backward", "32768x1024 bf16", double(N * C * 2 * 3 + N * 4 + C * 2 * 2),
+                     double(N * C * 8), [=] { rmsnorm_backward(s, dy, GradMask{3}); }});
   }
-  {  // RoPE on q (B*T = 32768, 16 heads, D 64): read and write each element once.
+  {  // RoPE on q (B = 1, T = 32768, 16 heads, D 64): read and write each element once, and read the
+     // cos/sin rows of 32768 distinct positions (32 f32 each) once. The backward (rotation by -a) the same.
     const int64_t N = 32768, H = 16, D = 64;
-    Tensor q = random_cuda({1, N, H, D}, bf, 4);
+    Tensor q = random_cuda({1, N, H, D}, bf, 4), dq = random_cuda({1, N, H, D}, bf, 5);
     RopeTable tab = rope_table(10000.0, D, N, std::nullopt, Device::cuda(0));
-    cases.push_back({"rope_forward", "32768x16x64 bf16", double(N * H * D * 2 * 2), double(N * H * D * 3),
-                     [=] { rope_forward(q, tab, 0); }});
+    const double bytes = double(N * H * D * 2 * 2 + N * (D / 2) * 4 * 2);
+    cases.push_back({"rope_forward", "32768x16x64 bf16", bytes, double(N * H * D * 3), [=] { rope_forward(q, tab, 0); }});
+    cases.push_back({"rope_backward", "32768x16x64 bf16", bytes, double(N * H * D * 3),
+                     [=] { rope_backward(dq, tab, 0); }});
   }
   {  // SwiGLU gate at d_ffn 2816, 32768 rows: read a, b; write z. Backward reads a, b, dz; writes da, db.
     const int64_t n = int64_t(32768) * 2816;
