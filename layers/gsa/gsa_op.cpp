@@ -4,6 +4,7 @@
 #include <cmath>
 
 #if HYBRID_CUDA
+#include "layers/gsa/gsa_fused.h"
 #include "layers/gsa/slot_attention_cuda.h"
 #endif
 
@@ -72,6 +73,11 @@ GsaOutputs gsa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const GsaDims d = gsa_dims("gsa_forward", q, k, v, s, g, Hk0, Hv0);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
 #if HYBRID_CUDA
+  if (q.is_cuda() && gsa_fused_supported(q, d)) {
+    GsaFusedOut y = gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale);
+    if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse};
+    return {y.o, y.Hk, y.Hv};
+  }
   if (q.is_cuda()) {
     SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, Hk0, Hv0, scale), false);
     if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse};
