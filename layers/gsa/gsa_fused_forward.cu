@@ -28,86 +28,23 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
-#include "kernels/chunk_mma.cuh"
-#include "kernels/chunk_ops.h"
-#include "layers/gsa/gsa_fused.h"
+#include "layers/gsa/gsa_fused.cuh"
 
 namespace hyb {
+namespace gsa_fused {
 namespace {
 
-using chunk_mma::bf16x;
 using chunk_mma::bp;
 using chunk_mma::bp_mut;
-using chunk_mma::frag_col;
-using chunk_mma::frag_row;
-using chunk_mma::kC;
 using chunk_mma::load_rows;
 using chunk_mma::max_smem;
-using chunk_mma::pack_bf16;
 using chunk_mma::rows16;
 using chunk_mma::set_smem;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
-
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kMT = 64;              // slot tile: M <= 64, padded slots masked to -inf before the softmax
-constexpr int kLdM = kMT + 8;        // row stride of the bf16 slot tiles
-constexpr int kLdA = kC + 8;         // row stride of the 64 x 64 bf16 score tile
-constexpr int kLdF = kMT + 4;        // row stride of the fp32 gate and write-weight tiles
-constexpr int kSwRows = 16 * 6;      // the fallback's per-warp key-side tiles: 16 w rows for warp w
-constexpr float kRefRange = 60.f;    // gsa.md 4.1 rule 3
-
-struct Dims {
-  int B, T, Hq, Hkv, G, K, V, M, NC;
-};
-
-// Rows t0 .. t0 + 63 of (b, kv head j) of g and s (B, T, Hkv, M) f32 into fp32 [64][kLdF] tiles, zeros
-// past the chunk's n rows and the M slots. Then sB holds b, the inclusive cumsum of g over the chunk's
-// rows (padded rows repeat the last valid one), and, for m < kMT: sLo[m], sHi[m] the least and largest
-// of 0 and b over the valid rows (both optional). Ends with a barrier.
-__device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int n, int M,
-                                           float* sB, float* sS, float* sLo, float* sHi) {
-  for (int x = threadIdx.x; x < kC * kMT; x += kThreads) {
-    const int r = x / kMT, m = x % kMT;
-    const bool in = r < n && m < M;
-    sB[r * kLdF + m] = in ? g[int64_t(r) * row_stride + m] : 0.f;
-    sS[r * kLdF + m] = in ? s[int64_t(r) * row_stride + m] : 0.f;
-  }
-  __syncthreads();
-  if (threadIdx.x < kMT) {
-    const int m = threadIdx.x;
-    float acc = 0.f, lo = 0.f, hi = 0.f;
-#pragma unroll 8
-    for (int r = 0; r < kC; ++r) {
-      acc += sB[r * kLdF + m];
-      sB[r * kLdF + m] = acc;
-      if (r < n) lo = fminf(lo, acc), hi = fmaxf(hi, acc);
-    }
-    if (sLo) sLo[m] = lo, sHi[m] = hi;
-  }
-  __syncthreads();
-}
-
-// An fp32 R x Cc matrix (row-major) into a bf16 [RT][CT] tile of row stride ld, times colscale[c] or
-// rowscale[r] when given; zeros outside R x Cc.
-template <int RT, int CT>
-__device__ __forceinline__ void load_state(bf16x* s, int ld, const float* src, int R, int Cc, const float* rowscale,
-                                           const float* colscale) {
-  for (int x = threadIdx.x; x < RT * CT / 2; x += kThreads) {
-    const int r = x / (CT / 2), c = (x % (CT / 2)) * 2;
-    float v0 = 0.f, v1 = 0.f;
-    if (r < R) {
-      if (c < Cc) v0 = src[int64_t(r) * Cc + c] * (colscale ? colscale[c] : 1.f) * (rowscale ? rowscale[r] : 1.f);
-      if (c + 1 < Cc)
-        v1 = src[int64_t(r) * Cc + c + 1] * (colscale ? colscale[c + 1] : 1.f) * (rowscale ? rowscale[r] : 1.f);
-    }
-    *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack_bf16(v0, v1);
-  }
-}
 
 // F1. Grid (NC, B Hkv). inc_k (B Hkv, NC + 1, K, M) and inc_v (B Hkv, NC + 1, M, V) get the chunk's
 // increments in slot c + 1; decay (B Hkv, NC, M) = exp(bl).
@@ -176,76 +113,39 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   }
 }
 
-// states (BH, NC + 1, P) with P = rows x cols of one memory, sequential over chunks in fp32:
-// slot c + 1 += decay_c[m] slot c, where m = the column (Hk, K x M) or, kSlotRows, the row (Hv, M x V)
-// of the element. One thread per element; the slots of kAhead chunks are loaded before the dependent
-// updates.
-template <bool kSlotRows>
+// states (BH, NC + 1, P) with P = rows x cols of one memory, sequential over chunks in fp32: forward,
+// slot c + 1 += decay_c[m] slot c (c = 0 .. NC-1); kReverse, slot c += decay_c[m] slot c + 1 (c = NC-1
+// .. 0); m = the column (Hk, K x M) or, kSlotRows, the row (Hv, M x V) of the element. One thread per
+// element; the slots of kAhead chunks are loaded before the dependent updates.
+template <bool kSlotRows, bool kReverse>
 __global__ void __launch_bounds__(256) gsa_state_scan_kernel(float* __restrict__ states,
                                                              const float* __restrict__ decay, int64_t BH, int NC,
                                                              int cols, int M) {
   constexpr int kAhead = 8;
-  const int64_t P = int64_t(kSlotRows ? M : cols) * (kSlotRows ? cols : M);
+  const int64_t P = int64_t(cols) * M;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BH * P) return;
   const int64_t bh = i / P, e = i % P;
   const int m = int(kSlotRows ? e / cols : e % M);
   float* st = states + bh * (NC + 1) * P + e;
   const float* dc = decay + bh * NC * M + m;
-  float acc = st[0];
-  for (int c0 = 0; c0 < NC; c0 += kAhead) {
+  float acc = st[kReverse ? int64_t(NC) * P : 0];
+  for (int step0 = 0; step0 < NC; step0 += kAhead) {
     float x[kAhead], a[kAhead];
 #pragma unroll
-    for (int u = 0; u < kAhead; ++u)
-      if (c0 + u < NC) x[u] = st[int64_t(c0 + u + 1) * P], a[u] = dc[int64_t(c0 + u) * M];
+    for (int u = 0; u < kAhead; ++u) {
+      const int step = step0 + u, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) x[u] = st[int64_t(kReverse ? c : c + 1) * P], a[u] = dc[int64_t(c) * M];
+    }
 #pragma unroll
-    for (int u = 0; u < kAhead; ++u)
-      if (c0 + u < NC) {
+    for (int u = 0; u < kAhead; ++u) {
+      const int step = step0 + u, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) {
         acc = x[u] + a[u] * acc;
-        st[int64_t(c0 + u + 1) * P] = acc;
+        st[int64_t(kReverse ? c : c + 1) * P] = acc;
       }
-  }
-}
-
-// The warp's 64 score columns of rows m0 .. m0 + 15 to a bf16 tile: f acc for col <= row, else 0.
-__device__ __forceinline__ void store_tril(bf16x* s, int ld, const float (&acc)[1][kC / 8][4], float f, int m0,
-                                           int lane) {
-#pragma unroll
-  for (int ni = 0; ni < kC / 8; ++ni) {
-    const int r0 = m0 + frag_row(lane, 0), col = ni * 8 + frag_col(lane, 0);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const float p0 = col <= r ? f * acc[0][ni][2 * h] : 0.f, p1 = col + 1 <= r ? f * acc[0][ni][2 * h + 1] : 0.f;
-      *reinterpret_cast<uint32_t*>(s + r * ld + col) = pack_bf16(p0, p1);
     }
   }
-}
-
-// The warp's slot fragment times f(row, slot) to its rows of a bf16 tile.
-template <class F>
-__device__ __forceinline__ void store_slots(bf16x* s, int ld, const float (&acc)[1][kMT / 8][4], int m0, int lane,
-                                            F f) {
-#pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = m0 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
-      *reinterpret_cast<uint32_t*>(s + r * ld + col) =
-          pack_bf16(acc[0][ni][2 * h] * f(r, col), acc[0][ni][2 * h + 1] * f(r, col + 1));
-    }
-}
-
-template <int NT>
-__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int lane, const float* sB, const float* ref,
-                                           float f) {
-#pragma unroll
-  for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
-      acc[0][ni][e] *= f * __expf(sB[r * kLdF + m] - (ref ? ref[m] : 0.f));
-    }
 }
 
 struct ForwardArgs {
@@ -475,27 +375,49 @@ size_t output_smem() {
   return tiles + size_t(2 * kC * kLdF + 2 * kMT) * sizeof(float);
 }
 
-// Calls f with the tile widths of K and V.
-template <typename F>
-void visit_tiles(int64_t K, int64_t V, F&& f) {
-  if (K <= 64 && V <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
-  if (K <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
-  if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
-}
+}  // namespace
 
-template <bool kSlotRows>
-void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, int cols, cudaStream_t stream) {
+void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
+                cudaStream_t stream) {
+  const int cols = slot_rows ? d.V : d.K;
   const int64_t BH = int64_t(d.B) * d.Hkv, n = BH * cols * d.M;
   if (n == 0 || d.NC == 0) return;
   constexpr int kScanThreads = 256;
   const unsigned blocks = unsigned((n + kScanThreads - 1) / kScanThreads);
-  gsa_state_scan_kernel<kSlotRows><<<blocks, kScanThreads, 0, stream>>>(states.data(), decay.data<float>(), BH, d.NC,
-                                                                       cols, d.M);
-  HYB_CUDA_LAUNCH_CHECK("gsa gsa_state_scan_kernel", blocks, kScanThreads, 0);
+  auto go = [&](auto kernel) {
+    kernel<<<blocks, kScanThreads, 0, stream>>>(states.data(), decay.data<float>(), BH, d.NC, cols, d.M);
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_state_scan_kernel", blocks, kScanThreads, 0);
+  };
+  if (slot_rows)
+    reverse ? go(gsa_state_scan_kernel<true, true>) : go(gsa_state_scan_kernel<true, false>);
+  else
+    reverse ? go(gsa_state_scan_kernel<false, true>) : go(gsa_state_scan_kernel<false, false>);
 }
 
-}  // namespace
+States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
+                      const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream) {
+  States st{ChunkBuffer(cd, cd.NC + 1, d.K, d.M), ChunkBuffer(cd, cd.NC + 1, d.M, d.V),
+            Tensor::empty({d.B, d.Hkv, cd.NC, d.M}, DType::f32, cd.device)};
+  chunk_slot_load(st.Hk, 0, Hk0);
+  chunk_slot_load(st.Hv, 0, Hv0);
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const size_t smem = state_smem<KT, VT>();
+    set_smem(gsa_forward_state_kernel<KT, VT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
+    gsa_forward_state_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(k), bp(v), s.data<float>(), g.data<float>(),
+                                                                       st.Hk.data(), st.Hv.data(),
+                                                                       st.decay.data<float>(), d);
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_state_kernel", grid, kThreads, smem);
+  });
+  state_scan(st.Hk, st.decay, d, false, false, stream);
+  state_scan(st.Hv, st.decay, d, true, false, stream);
+  return st;
+}
+
+}  // namespace gsa_fused
+
+using namespace gsa_fused;
 
 bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
   // HYBRID_GSA_FUSED=0 keeps bf16 on the generic slot-attention kernels (A/B timing, bisecting a mismatch).
@@ -526,30 +448,19 @@ GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& 
                 Tensor::empty({gd.B, gd.Hkv, gd.K, gd.M}, DType::f32, dev),
                 Tensor::empty({gd.B, gd.Hkv, gd.M, gd.V}, DType::f32, dev),
                 Tensor::empty({gd.B, gd.T, gd.Hq}, DType::f32, dev)};
-  const ChunkBuffer Hk(cd, cd.NC + 1, gd.K, gd.M), Hv(cd, cd.NC + 1, gd.M, gd.V);
-  const Tensor decay = Tensor::empty({gd.B, gd.Hkv, cd.NC, gd.M}, DType::f32, dev);
-  chunk_slot_load(Hk, 0, Hk0);
-  chunk_slot_load(Hv, 0, Hv0);
+  const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    const size_t smem1 = state_smem<KT, VT>();
-    set_smem(gsa_forward_state_kernel<KT, VT>, smem1);
-    const dim3 grid1(unsigned(d.NC), unsigned(d.B * d.Hkv));
-    gsa_forward_state_kernel<KT, VT><<<grid1, kThreads, smem1, stream>>>(bp(k), bp(v), s.data<float>(), g.data<float>(),
-                                                                         Hk.data(), Hv.data(), decay.data<float>(), d);
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_state_kernel", grid1, kThreads, smem1);
-    state_scan<false>(Hk, decay, d, d.K, stream);
-    state_scan<true>(Hv, decay, d, d.V, stream);
-    const size_t smem2 = output_smem<KT, VT>();
-    set_smem(gsa_forward_output_kernel<KT, VT>, smem2);
-    const dim3 grid2(unsigned(d.NC), unsigned(d.B * d.Hq));
-    const ForwardArgs a{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), Hk.data(), Hv.data(), bp_mut(r.o),
-                        r.lse.data<float>(), float(scale)};
-    gsa_forward_output_kernel<KT, VT><<<grid2, kThreads, smem2, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid2, kThreads, smem2);
+    const size_t smem = output_smem<KT, VT>();
+    set_smem(gsa_forward_output_kernel<KT, VT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hq));
+    const ForwardArgs a{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(),
+                        bp_mut(r.o), r.lse.data<float>(), float(scale)};
+    gsa_forward_output_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid, kThreads, smem);
   });
-  chunk_slot_store(r.Hk, Hk, cd.NC);
-  chunk_slot_store(r.Hv, Hv, cd.NC);
+  chunk_slot_store(r.Hk, st.Hk, cd.NC);
+  chunk_slot_store(r.Hv, st.Hv, cd.NC);
   return r;
 }
 
