@@ -141,4 +141,7 @@ States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const T
 void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
                 cudaStream_t stream);
 
+// Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims.
+size_t backward_smem_bytes(int64_t K, int64_t V);
+
 }  // namespace hyb::gsa_fused

@@ -430,7 +430,7 @@ bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
   size_t need = 0;
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    need = std::max(state_smem<KT, VT>(), output_smem<KT, VT>());
+    need = std::max({state_smem<KT, VT>(), output_smem<KT, VT>(), backward_smem_bytes(d.K, d.V)});
   });
   return need <= size_t(max_smem(q.device().index));
 }

@@ -101,6 +101,7 @@ GsaGrads gsa_backward(const GsaSaved& s, const Tensor& dout, const Tensor& dHk, 
             "gsa_backward: the final Hv gradient is ", dHv.str(), "; it must be (B, Hkv, M, V) in ",
             dtype_name(s.g.dtype()));
 #if HYBRID_CUDA
+  if (s.q.is_cuda() && gsa_fused_supported(s.q, d)) return gsa_backward_fused(s, dout, dHk, dHv, needed);
   if (s.q.is_cuda()) {
     const double scale = s.params.scale ? *s.params.scale : 1.0 / std::sqrt(double(d.K));
     const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.Hk0, s.Hv0, scale);

@@ -5,8 +5,8 @@
 //   fused_check gdn         gated_delta_rule, small shapes, strong and weak decays (seconds)
 //   fused_check tiles       gated_delta_rule at every compiled tile configuration (minutes)
 //   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay
-//   fused_check gsa         the gsa forward (o, final memories, lse): GQA, T off the chunk, M below the
-//                           slot tile, chunks on both sides of the mid-reference guard
+//   fused_check gsa         gsa (o, final memories, lse, every gradient): GQA, T off the chunk, M below
+//                           the slot tile, chunks on both sides of the mid-reference guard
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -172,6 +172,24 @@ void run_gsa(const GsaCase& c) {
   check("Hk", got.Hk, ref.Hk);
   check("Hv", got.Hv, ref.Hv);
   check("lse", got.lse, gsa_lse(q, k, s, g, Hk0, scale));
+  const Tensor dout = rounded(random_tensor({c.B, c.T, c.Hq, c.V}, 28), DType::bf16);
+  const Tensor dHk = rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 29, DType::f64, 0.5), DType::f32);
+  const Tensor dHv = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 30, DType::f64, 0.5), DType::f32);
+  GsaParams p;
+  p.scale = scale;
+  const GsaSaved rs{q, k, v, s, g, Hk0, Hv0, p, Tensor()};
+  const GsaGrads rg = gsa_backward_cpu(rs, dout, dHk, dHv, GradMask{127});
+  const GsaSaved fs{as(q, DType::bf16), as(k, DType::bf16), as(v, DType::bf16), as(s, DType::f32), as(g, DType::f32),
+                    as(Hk0, DType::f32), as(Hv0, DType::f32), p, got.lse};
+  const GsaGrads fg = gsa_backward_fused(fs, as(dout, DType::bf16), as(dHk, DType::f32), as(dHv, DType::f32),
+                                         GradMask{127});
+  check("dq", fg.dq, rg.dq);
+  check("dk", fg.dk, rg.dk);
+  check("dv", fg.dv, rg.dv);
+  check("ds", fg.ds, rg.ds);
+  check("dg", fg.dg, rg.dg);
+  check("dHk0", fg.dHk0, rg.dHk0);
+  check("dHv0", fg.dHv0, rg.dHv0);
 }
 
 }  // namespace
