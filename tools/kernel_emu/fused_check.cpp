@@ -123,7 +123,7 @@ Tensor gsa_lse(const Tensor& q, const Tensor& k, const Tensor& s, const Tensor& 
   const Tensor h0 = Hk0.defined() ? Hk0.contiguous() : Tensor();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < Hkv; ++j) {
-      std::vector<double> H(size_t(K * M), 0.0), z(size_t(M));
+      std::vector<double> H(size_t(K * M), 0.0), z(static_cast<size_t>(M));
       if (h0.defined()) std::copy_n(h0.data<double>() + (b * Hkv + j) * K * M, K * M, H.begin());
       for (int64_t t = 0; t < T; ++t) {
         const int64_t row = (b * T + t) * Hkv + j;
