@@ -40,6 +40,7 @@ using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
 __device__ __forceinline__ float bf(bf16x x) { return __bfloat162float(x); }
+__device__ __forceinline__ float rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // Fallback forms, fp32, over the warp's fragment (rows m0 .. m0 + 15).
 // acc[i][m] += sum_{j <= i} A[i][j] exp(b_i[m] - b_j[m]) S[j][m]
@@ -230,7 +231,13 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
         const float p = m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
-        if constexpr (!kLocal) dB[0][ni][e] += z[0][ni][e] * dz + p * dp[0][ni][e];
+        if constexpr (!kLocal) {
+          // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
+          // terms of Z .* dZ + P .* dP and S .* dS cancel to well below either, and only cancel with one
+          // rounding on both sides.
+          const float f = fast ? ei(r, m) : 1.f;
+          dB[0][ni][e] += z[0][ni][e] * (rounded(dz * f) / f) + (rounded(p * f) / f) * dp[0][ni][e];
+        }
         z[0][ni][e] = dz;
         dp[0][ni][e] = p;
       }
@@ -328,17 +335,21 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
           pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
     }
-    if (threadIdx.x < d.M) {  // the tail: sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot
-      const int m = threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x < d.M) {  // the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with dH as rounded in
+      const int m = threadIdx.x;  // the tiles (so that it cancels the inter part of S .* dS in dG)
       const float* HkE = a.Hk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
       const float* HvE = a.Hv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
       float t = 0.f;
-      for (int kk = 0; kk < d.K; ++kk) t += HkE[int64_t(kk) * d.M + m] * dHkE[int64_t(kk) * d.M + m];
-      for (int vv = 0; vv < d.V; ++vv) t += HvE[int64_t(m) * d.V + vv] * dHvE[int64_t(m) * d.V + vv];
+      for (int kk = 0; kk < d.K; ++kk) t += HkE[int64_t(kk) * d.M + m] * bf(sHk[kk * kLdM + m]);
+      for (int vv = 0; vv < d.V; ++vv) t += HvE[int64_t(m) * d.V + vv] * bf(sHv[m * (VT + 8) + vv]);
       sTail[m] = t;
     }
-    __syncthreads();
-    {  // dS: the intra part (fast path: times exp(ref - b_j)) plus Rem .* (Vc dHvE^T + Kc dHkE)
+    // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
+    // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem): the pairs of the
+    // chunk's rows and the chunk's share of the tail then cancel in dG's reverse cumsum with one
+    // rounding on both sides, which keeps dG accurate when it is small against those terms.
+    {
       float t[1][kMT / 8][4];
       zero(t);
       warp_mma<1, kMT / 8, VT, false, true>(t, sV, VT + 8, m0, sHv, VT + 8, 0, lane);
@@ -348,9 +359,10 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
-          const float br = sB[r * kLdF + m];
-          if (fast) dSa[0][ni][e] *= __expf(sRef[m] - br);
-          dSa[0][ni][e] += t[0][ni][e] * __expf(bl[m] - br);
+          const float br = sB[r * kLdF + m], sv = sS[r * kLdF + m];
+          const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
+          dB[0][ni][e] -= (fast ? rounded(sv * f) : sv) * intra + bf(sSp[r * kLdM + m]) * t[0][ni][e];
+          dSa[0][ni][e] = f * intra + t[0][ni][e] * __expf(bl[m] - br);
         }
     }
     warp_mma<1, VT / 8, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, 0, lane);
@@ -384,7 +396,7 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
         if (r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = dSa[0][ni][e];
-        sS[r * kLdF + m] = dB[0][ni][e] - sS[r * kLdF + m] * dSa[0][ni][e];  // the thread's own entries
+        sS[r * kLdF + m] = dB[0][ni][e];  // the thread's own entries
       }
     __syncthreads();
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
