@@ -111,21 +111,22 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
   bf16x* sDO = sV + kC * (VT + 8);              // [64][VT + 8]
   bf16x* sHk = sDO + kC * (VT + 8);             // [KT][kLdM]   HkS .*c exp(ref), at the end dHkE
   bf16x* sHv = sHk + KT * kLdM;                 // [kMT][VT + 8] exp(ref) .*r HvS, at the end dHvE
-  bf16x* sSp = sHv + kMT * (VT + 8);            // [64][kLdM]   Sp, at the end S .* Rem
+  bf16x* sSp = sHv + kMT * (VT + 8);            // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
   bf16x* sA1 = sSp + kC * kLdM;                 // [64][kLdA] x 4: A1, dA2, A2, dA1
   bf16x* sdA2 = sA1 + kC * kLdA;
   bf16x* sA2 = sdA2 + kC * kLdA;
   bf16x* sdA1 = sA2 + kC * kLdA;
-  bf16x* sPe = sdA1 + kC * kLdA;                // [64][kLdM] x 4: Pe, dZe, and (fallback) P, dZ
-  bf16x* sdZe = sPe + kC * kLdM;
-  bf16x* sP = sdZe + kC * kLdM;
-  bf16x* sdZ = sP + kC * kLdM;
-  float* sB = reinterpret_cast<float*>(sdZ + kC * kLdM);  // [64][kLdF] b
+  bf16x* sPe = sdA1 + kC * kLdA;                // [64][kLdM] Pe (B3 fallback: dZ)
+  bf16x* sdZe = sPe + kC * kLdM;                // [64][kLdM] dZe
+  bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
+  bf16x* sdZ = sPe;
+  float* sB = reinterpret_cast<float*>(sdZe + kC * kLdM);  // [64][kLdF] b
   float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
   float* sRef = sS + kC * kLdF;                           // [kMT]
   float* sSc = sRef + kMT;                                // [kMT] exp(ref)
   float* sL = sSc + kMT;                                  // [64] lse of the head's rows
   float* sTail = sL + kC;                                 // [kMT]
+  float4* sDB = reinterpret_cast<float4*>(sTail + kMT);   // [kWarps][kMT / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
@@ -160,13 +161,16 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
   auto one = [](int, int) { return 1.f; };
 
   constexpr int UT = KT / 64;  // 16-row tiles of Uk per warp
-  float dB[1][kMT / 8][4], dVa[1][VT / 8][4], dKa[1][KT / 8][4], dSa[1][kMT / 8][4];
+  float dVa[1][VT / 8][4], dKa[1][KT / 8][4], dSa[1][kMT / 8][4];  // group sums, the warp's rows
+  float4* myDB = sDB + warp * (kMT / 8) * 32 + lane;  // dB of the warp's rows, lives in shared memory
+  // between heads to spare registers
   float Uk[UT][kMT / 8][4], Uv[1][VT / 8][4];
   if constexpr (kLocal) {
     zero(Uk);
     zero(Uv);
   } else {
-    zero(dB);
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni) myDB[ni * 32] = make_float4(0.f, 0.f, 0.f, 0.f);
     zero(dVa);
     zero(dKa);
     zero(dSa);
@@ -226,22 +230,27 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 2);
     }
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni)
+    for (int ni = 0; ni < kMT / 8; ++ni) {
+      float x[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
         const float p = m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
-        if constexpr (!kLocal) {
-          // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
-          // terms of Z .* dZ + P .* dP and S .* dS cancel to well below either, and only cancel with one
-          // rounding on both sides.
-          const float f = fast ? ei(r, m) : 1.f;
-          dB[0][ni][e] += z[0][ni][e] * (rounded(dz * f) / f) + (rounded(p * f) / f) * dp[0][ni][e];
-        }
+        // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
+        // terms of Z .* dZ + P .* dP and S .* dS cancel to well below either, and only cancel with one
+        // rounding on both sides.
+        const float f = fast ? ei(r, m) : 1.f;
+        x[e] = z[0][ni][e] * (rounded(dz * f) / f) + (rounded(p * f) / f) * dp[0][ni][e];
         z[0][ni][e] = dz;
         dp[0][ni][e] = p;
       }
-    store_slots(sPe, kLdM, dp, m0, lane, ei);
+      if constexpr (!kLocal) {
+        float4 acc = myDB[ni * 32];
+        acc.x += x[0], acc.y += x[1], acc.z += x[2], acc.w += x[3];
+        myDB[ni * 32] = acc;
+      }
+    }
+    if (kLocal || fast) store_slots(sPe, kLdM, dp, m0, lane, ei);
     store_slots(sdZe, kLdM, z, m0, lane, ei);
     if constexpr (kLocal) {
       __syncthreads();
@@ -361,8 +370,8 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
           const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
           const float br = sB[r * kLdF + m], sv = sS[r * kLdF + m];
           const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
-          dB[0][ni][e] -= (fast ? rounded(sv * f) : sv) * intra + bf(sSp[r * kLdM + m]) * t[0][ni][e];
-          dSa[0][ni][e] = f * intra + t[0][ni][e] * __expf(bl[m] - br);
+          dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + bf(sSp[r * kLdM + m]) * t[0][ni][e];  // S .* dS
+          sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
         }
     }
     warp_mma<1, VT / 8, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, 0, lane);
@@ -395,8 +404,8 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
-        if (r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = dSa[0][ni][e];
-        sS[r * kLdF + m] = dB[0][ni][e];  // the thread's own entries
+        if (r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
+        sS[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];  // dB
       }
     __syncthreads();
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
@@ -413,8 +422,8 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
 template <int KT, int VT>
 size_t backward_smem() {
   const size_t tiles = size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdM +
-                              4 * kC * kLdA + 4 * kC * kLdM) * 2;
-  return tiles + size_t(2 * kC * kLdF + 3 * kMT + kC) * sizeof(float);
+                              4 * kC * kLdA + 2 * kC * kLdM) * 2;
+  return tiles + size_t(2 * kC * kLdF + 3 * kMT + kC + kThreads * kMT / 2) * sizeof(float);
 }
 
 }  // namespace
