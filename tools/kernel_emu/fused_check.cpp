@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
     for (const GsaCase& c : {GsaCase{2, 37, 4, 2, 16, 16, 8, false, -0.9}, GsaCase{1, 1, 2, 1, 8, 8, 4, true, -0.9},
                              GsaCase{1, 65, 2, 2, 64, 64, 64, true, -0.9}, GsaCase{1, 130, 2, 1, 24, 40, 32, true, -1.6},
                              GsaCase{1, 100, 2, 2, 72, 24, 16, true, -10.0}, GsaCase{1, 70, 2, 2, 128, 128, 64, true, -4.0},
-                             GsaCase{1, 129, 3, 1, 64, 128, 5, false, -0.3}})
+                             GsaCase{1, 129, 3, 1, 64, 128, 5, false, -0.3}, GsaCase{2, 200, 8, 2, 128, 64, 1, true, -0.9},
+                             GsaCase{1, 190, 4, 2, 40, 16, 48, true, -1.7}})
       run_gsa(c);
   } else if (what.rfind("one:", 0) == 0) {
     GdnCase c{};
