@@ -427,6 +427,7 @@ bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
   }();
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
   if (d.K > 128 || d.V > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.M > kMT) return false;
+  if (d.B * d.Hq > 65535) return false;  // gridDim.y of F2
   size_t need = 0;
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
