@@ -101,10 +101,33 @@ struct BackwardArgs {
   float scale;
 };
 
-// B1 (kLocal) and B3. Grid (NC, B Hkv).
-template <int KT, int VT, bool kLocal>
-__global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
-  extern __shared__ __align__(16) unsigned char smem[];
+// bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them.
+template <int KT, int VT>
+constexpr int backward_tile_elems() {
+  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdM + 4 * kC * kLdA + 2 * kC * kLdM;
+}
+
+// The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
+// takes the fast path.
+template <int KT, int VT>
+__device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT>());
+  float* sS = sB + kC * kLdF;
+  float* sRef = sS + kC * kLdF;
+  float* sSc = sRef + kMT;
+  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
+  const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
+  load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sSc);
+  float range = 0.f;
+  for (int m = 0; m < kMT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
+  return range <= kRefRange;  // false for NaN gates too
+}
+
+// The body of B1 (kLocal) and B3 for one chunk after chunk_guard, the path a template argument so
+// that the fallback's registers do not weigh on the fast path.
+template <int KT, int VT, bool kLocal, bool kFast>
+__device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
+  constexpr bool fast = kFast;
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
   bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
@@ -120,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
   bf16x* sdZe = sPe + kC * kLdM;                // [64][kLdM] dZe
   bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
   bf16x* sdZ = sPe;
-  float* sB = reinterpret_cast<float*>(sdZe + kC * kLdM);  // [64][kLdF] b
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT>());  // [64][kLdF] b
   float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
   float* sRef = sS + kC * kLdF;                           // [kMT]
   float* sSc = sRef + kMT;                                // [kMT] exp(ref)
@@ -133,12 +156,7 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
                               nullptr);
   load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
                               nullptr);
-  const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
-  load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sSc);
-  float range = 0.f;
-  for (int m = 0; m < kMT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
-  const bool fast = range <= kRefRange;  // false for NaN gates too
-  __syncthreads();
+  __syncthreads();  // every thread has read the range
   if (threadIdx.x < kMT) {
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sSc[m]) : 0.f;
@@ -149,7 +167,7 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
   const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V;
   load_state<KT, kMT>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM, d.K, d.M, nullptr, sSc);
   load_state<kMT, VT>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV, d.M, d.V, sSc, nullptr);
-  if (fast)
+  if constexpr (fast)
     for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
       const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
       const float* br = sB + r * kLdF;
@@ -203,14 +221,14 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
     zero(dp);
     warp_mma<1, kMT / 8, VT, false, true>(dp, sDO, VT + 8, m0, sHv, VT + 8, 0, lane);
-    if (fast)
+    if constexpr (fast)
       for (int k0 = 0; k0 <= m0; k0 += 16) {
         warp_mma<1, kMT / 8, 16, false, false>(z, sA1 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, 0, lane);
         warp_mma<1, kMT / 8, 16, false, false>(dp, sdA2 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, 0, lane);
       }
     scale_rows(z, m0, lane, sB, sRef, 1.f);
     scale_rows(dp, m0, lane, sB, sRef, 1.f);
-    if (!fast) {
+    if constexpr (!fast) {
       ew_rows(z, sA1, sB, sS, m0, lane);
       ew_rows(dp, sdA2, sB, sS, m0, lane);
     }
@@ -258,21 +276,21 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       warp_mma<UT, kMT / 8, kC, true, false>(Uk, sQ, KT + 8, warp * 16 * UT, sdZe, kLdM, 0, lane);
       continue;
     } else {
-      if (!fast) {
+      if constexpr (!fast) {
         store_slots(sP, kLdM, dp, m0, lane, one);
         store_slots(sdZ, kLdM, z, m0, lane, one);
       }
       __syncwarp();
       {
         float x[1][kC / 8][4];
-        if (fast) {
+        if constexpr (fast) {
           zero(x);
           warp_mma<1, kC / 8, kMT, false, true>(x, sdZe, kLdM, m0, sSp, kLdM, 0, lane);
         } else {
           ew_cols(x, sdZ, sB, sS, m0, lane);
         }
         store_tril(sdA1, kLdA, x, 1.f, m0, lane);
-        if (fast) {
+        if constexpr (fast) {
           zero(x);
           warp_mma<1, kC / 8, kMT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, 0, lane);
         } else {
@@ -302,12 +320,12 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
       for (int k0 = m0; k0 < kC; k0 += 16) {  // the rows i >= j of the transposed products
         warp_mma<1, VT / 8, 16, true, false>(dVa, sA2 + k0 * kLdA, kLdA, m0, sDO + k0 * (VT + 8), VT + 8, 0, lane);
         warp_mma<1, KT / 8, 16, true, false>(dKa, sdA1 + k0 * kLdA, kLdA, m0, sQ + k0 * (KT + 8), KT + 8, 0, lane);
-        if (fast) {
+        if constexpr (fast) {
           warp_mma<1, kMT / 8, 16, true, false>(dSa, sA1 + k0 * kLdA, kLdA, m0, sdZe + k0 * kLdM, kLdM, 0, lane);
           warp_mma<1, kMT / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, 0, lane);
         }
       }
-      if (!fast) ew_trows(dSa, sA1, sdZ, sdA2, sP, sB, m0, lane);
+      if constexpr (!fast) ew_trows(dSa, sA1, sdZ, sdA2, sP, sB, m0, lane);
     }
   }
 
@@ -419,10 +437,19 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
   }
 }
 
+// B1 (kLocal) and B3. Grid (NC, B Hkv).
+template <int KT, int VT, bool kLocal>
+__global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  if (chunk_guard<KT, VT>(a, d, smem))
+    backward_chunk<KT, VT, kLocal, true>(a, d, smem);
+  else
+    backward_chunk<KT, VT, kLocal, false>(a, d, smem);
+}
+
 template <int KT, int VT>
 size_t backward_smem() {
-  const size_t tiles = size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdM +
-                              4 * kC * kLdA + 2 * kC * kLdM) * 2;
+  const size_t tiles = size_t(backward_tile_elems<KT, VT>()) * 2;
   return tiles + size_t(2 * kC * kLdF + 3 * kMT + kC + kThreads * kMT / 2) * sizeof(float);
 }
 
