@@ -11,7 +11,10 @@
 //      sum_h (Z .* dZ + P .* dP) - S .* dS plus the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) (gsa.md 4.3).
 // The gated products use F2's mid reference on chunks within the decay guard (Pe = P .* exp(b - ref),
 // dZe = dZ .* exp(b - ref), Sp = S .* exp(ref - b), memories pre-scaled by exp(ref)); other chunks run
-// them elementwise in fp32 over all pairs j <= i (one exp per term), with ref = 0 for the inter terms.
+// them elementwise in fp32 over all pairs j <= i (one exp per term), with ref = 0 for the inter terms;
+// the two paths are two instantiations of the chunk body, chosen per chunk.
+// dG is a small remainder of terms that cancel in pairs, so dB takes P, dZ and S as the products saw
+// them (bf16-rounded) and the tail the tiles' bf16 dH: each pair then cancels with one rounding.
 // Work at K = V = M = 64 per token and kv head (gsa.md 4.6 units): B0 2; B1 per query head 6 (A1, Q HkS,
 // A1 Sp, dO Vc^T, dO HvS^T, dA2 Sp) + 2 (Uv, Uk); B3 per query head 6 + 2 (dA1, A2) + 2 (dQ) + 4 (dVc,
 // dKc, dS intra x2) and 4 once (dS inter x2, dVc, dKc inter): 28 units, about 120 GFLOP at the reference
