@@ -6,7 +6,8 @@
 # Runs the [gpu] layer tests of the families in GPU_TAGS, `hybrid bench ops` on BENCH_FILTER, the
 # other [gpu] layer tests, `hybrid bench decode` and the PyTorch SDPA anchor, in that order (the
 # newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
-# NCU_CASES adds per-kernel times of chosen bench cases, ANCHORS the Triton anchors (below).
+# NCU_CASES adds per-kernel times of chosen bench cases, ANCHORS the Triton anchors, GAPS_FILTER
+# a second timing with the launch latency counted (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -45,6 +46,12 @@ done
 timeout "${BENCH_TIMEOUT:-120}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
   --filter "${BENCH_FILTER:-gated_delta_rule,nha,gsa,simple_gla,mamba2_block}" > "$out/bench.log" 2>&1
 echo "bench ops: rc $?"
+# The same cases timed with the host's launch latency counted (--launch-gaps), GAPS_FILTER="name,...".
+if [ -n "${GAPS_FILTER:-}" ]; then
+  { echo "== with launch gaps"; timeout 90 "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" --launch-gaps \
+      --filter "$GAPS_FILTER" | tail -n +4; } >> "$out/bench.log" 2>&1
+  echo "bench ops --launch-gaps: rc $?"
+fi
 # Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
 # the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
 # Slow: 1 to 3 minutes a case (the bench allocates every case's inputs, ~15 GB, under the profiler).
@@ -71,4 +78,4 @@ fi
 cat "$out/bench.log"
 echo "== sdpa"; tail -14 "$out/sdpa.log"
 [ -f "$out/anchors.log" ] && { echo "== anchors"; grep -v "^ *$" "$out/anchors.log" | tail -40; }
-echo "== failures"; grep -B3 -A12 -E "FAILED|failed" "$tests_log" | head -80
+echo "== failures"; grep -B3 -A12 -E "FAILED|failed" "$tests_log" | head -80 || true
