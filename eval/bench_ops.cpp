@@ -1,18 +1,24 @@
-// `hybrid bench ops [--filter NAME[,NAME...]] [--reps N] [--out FILE.jsonl]`: times each CUDA kernel (those
-// whose name contains one of the filter's comma-separated parts) with CUDA
-// events (median of N runs after warm-up) and reports it against the two ceilings measured in the same
+// `hybrid bench ops [--filter NAME[,NAME...]] [--shape TEXT] [--reps N] [--launch-gaps] [--out FILE.jsonl]`:
+// times each CUDA kernel (those whose name contains one of the filter's comma-separated parts and whose shape contains
+// TEXT, e.g. " T16384 ") with CUDA events (median of N runs after warm-up; device time: the stream is held
+// until a run is queued, so the host's launch latency is not counted, see median_ms) and reports it
+// against the two ceilings measured in the same
 // run: a large device-to-device copy (bytes read + written per second) and a large bf16 GEMM. Every case
 // states the bytes it must move and the FLOPs it must do (METHOD.md), so the table says how far each
 // kernel is from its floor. Inputs are random, never zeros.
-// `hybrid bench decode [--context N] [--reps N] [--out FILE.jsonl]`: one decode step of the core ops
+// `hybrid bench decode [--context N] [--reps N] [--launch-gaps] [--out FILE.jsonl]`: one decode step of the core ops
 // at a long context (nha.md 9): the NHA step on its constant state against the attention step on a
 // KV cache of N positions, microseconds per step and the bytes each must read.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -22,12 +28,15 @@
 #include "train/cli.h"
 
 #if HYBRID_CUDA
+#include <cuda_profiler_api.h>
+
 #include "autograd/ops/binary.h"
 #include "autograd/ops/matmul.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/softmax.h"
 #include "autograd/ops/unary.h"
 #include "autograd/tape.h"
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/cuda/cuda_device.h"
 #include "layers/conv1d/conv1d_op.h"
@@ -71,15 +80,51 @@ Tensor uniform_cuda(const Shape& s, uint64_t seed, double lo, double hi) {
   return t;
 }
 
-double median_ms(const std::function<void()>& fn, int reps) {
+// Holds a stream, a host function waiting on a flag, until release() or 20 ms have passed (a rep that
+// itself waits on the device, a copy to the host, cannot be held and runs as queued). The destructor
+// releases it and waits for the stream, so the flag outlives the host function even if a rep throws.
+class StreamHold {
+ public:
+  explicit StreamHold(cudaStream_t s) : s_(s) { HYB_CUDA_CHECK(cudaLaunchHostFunc(s, wait_open, &open_)); }
+  ~StreamHold() {
+    release();
+    (void)cudaStreamSynchronize(s_);
+  }
+  void release() { open_.store(true, std::memory_order_release); }
+
+ private:
+  static void CUDART_CB wait_open(void* open) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (!static_cast<std::atomic<bool>*>(open)->load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  }
+  cudaStream_t s_;
+  std::atomic<bool> open_{false};
+};
+
+// The events time the device work of a rep alone. Each rep starts from an idle GPU, so without the
+// hold the first event would fire as soon as it is queued and the time would include the host's
+// allocation and launch latency before the first kernel (a few microseconds: ~10% of a 50 us kernel);
+// in training the host runs ahead of the GPU and that latency is hidden. `--launch-gaps` times without
+// the hold (the host's latency counted, as PyTorch's event timing of an anchor counts it).
+struct Timing {
+  int reps;
+  bool hold;
+};
+
+double median_ms(const std::function<void()>& fn, const Timing& t) {
   cudaStream_t s = current_stream(0);
   for (int i = 0; i < 3; ++i) fn();
   std::vector<float> ms;
   CudaEvent a(true), b(true);
-  for (int i = 0; i < reps; ++i) {
+  for (int i = 0; i < t.reps; ++i) {
+    std::optional<StreamHold> hold;
+    if (t.hold) hold.emplace(s);
     a.record(s);
     fn();
     b.record(s);
+    if (hold) hold->release();
     b.synchronize();
     ms.push_back(a.elapsed_ms(b));
   }
@@ -92,7 +137,7 @@ double median_ms(const std::function<void()>& fn, int reps) {
 // attention with the query at position `context` over a KV cache of context + 1 keys (the step of
 // AttentionMixer::decode). Bytes read: the state, the w ring keys and values, and the popped token's
 // gates (nha; it writes the state back as well) against the whole cache (attention).
-void decode_comparison(int64_t context, int reps, const std::string& out, const std::string& device) {
+void decode_comparison(int64_t context, const Timing& timing, const std::string& out, const std::string& device) {
   const DType bf = DType::bf16;
   const int64_t H = 16, D = 64, M = 32, w = 32;
   const RopeTable table = rope_table(10000.0, D, context + 1, std::nullopt, Device::cuda(0));
@@ -112,10 +157,10 @@ void decode_comparison(int64_t context, int reps, const std::string& out, const 
     p.pos = context;
     const double nha_bytes =
         double(st.HK.nbytes() + st.HV.nbytes() + st.ring_k.nbytes() + st.ring_v.nbytes()) + double(B * H * M * 2 * 4);
-    const double nha_us = 1e3 * median_ms([&] { nha_decode_step(q, k, v, s, g, Tensor(), &table, st, p); }, reps);
+    const double nha_us = 1e3 * median_ms([&] { nha_decode_step(q, k, v, s, g, Tensor(), &table, st, p); }, timing);
     Tensor kc = random_cuda({B, context + 1, H, D}, bf, 81, 0.3), vc = random_cuda({B, context + 1, H, D}, bf, 82);
     const double att_bytes = double(kc.nbytes() + vc.nbytes());
-    const double att_us = 1e3 * median_ms([&] { attention_forward(q, kc, vc, AttentionParams{}, nullptr); }, reps);
+    const double att_us = 1e3 * median_ms([&] { attention_forward(q, kc, vc, AttentionParams{}, nullptr); }, timing);
     auto report = [&](const char* name, double us, double bytes) {
       std::printf("%-4lld %-24s %12.2f %14.0f %10.0f\n", (long long)B, name, us, bytes, bytes / (us * 1e-6) / 1e9);
       if (out.empty()) return;
@@ -144,23 +189,27 @@ bool matches_filter(const std::string& name, const std::string& filter) {
 std::vector<BenchCase> make_cases() {
   std::vector<BenchCase> cases;
   const DType bf = DType::bf16;
-  {  // RMSNorm over d_model 1024, B*T = 32768 rows: read x, w; write y (+ rstd).
+  {  // RMSNorm over d_model 1024, B*T = 32768 rows: forward reads x, w; writes y and rstd. Backward
+     // reads x, dy, w, rstd; writes dx and dw (through the per-block partials, ~1 MB, not counted).
     const int64_t N = 32768, C = 1024;
     Tensor x = random_cuda({N, C}, bf, 1), w = random_cuda({C}, bf, 2);
     RmsNormSaved s;
     rmsnorm_forward(x, w, 1e-5, &s);
     Tensor dy = random_cuda({N, C}, bf, 3);
-    cases.push_back({"rmsnorm_forward", "32768x1024 bf16", double(N * C * 2 * 2 + N * 4), double(N * C * 4),
+    cases.push_back({"rmsnorm_forward", "32768x1024 bf16", double(N * C * 2 * 2 + N * 4 + C * 2), double(N * C * 4),
                      [=] { rmsnorm_forward(x, w, 1e-5, nullptr); }});
-    cases.push_back({"rmsnorm_backward", "32768x1024 bf16", double(N * C * 2 * 3), double(N * C * 8),
-                     [=] { rmsnorm_backward(s, dy, GradMask{3}); }});
+    cases.push_back({"rmsnorm_backward", "32768x1024 bf16", double(N * C * 2 * 3 + N * 4 + C * 2 * 2),
+                     double(N * C * 8), [=] { rmsnorm_backward(s, dy, GradMask{3}); }});
   }
-  {  // RoPE on q (B*T = 32768, 16 heads, D 64): read and write each element once.
+  {  // RoPE on q (B = 1, T = 32768, 16 heads, D 64): read and write each element once, and read the
+     // cos/sin rows of 32768 distinct positions (32 f32 each) once. The backward (rotation by -a) the same.
     const int64_t N = 32768, H = 16, D = 64;
-    Tensor q = random_cuda({1, N, H, D}, bf, 4);
+    Tensor q = random_cuda({1, N, H, D}, bf, 4), dq = random_cuda({1, N, H, D}, bf, 5);
     RopeTable tab = rope_table(10000.0, D, N, std::nullopt, Device::cuda(0));
-    cases.push_back({"rope_forward", "32768x16x64 bf16", double(N * H * D * 2 * 2), double(N * H * D * 3),
-                     [=] { rope_forward(q, tab, 0); }});
+    const double bytes = double(N * H * D * 2 * 2 + N * (D / 2) * 4 * 2);
+    cases.push_back({"rope_forward", "32768x16x64 bf16", bytes, double(N * H * D * 3), [=] { rope_forward(q, tab, 0); }});
+    cases.push_back({"rope_backward", "32768x16x64 bf16", bytes, double(N * H * D * 3),
+                     [=] { rope_backward(dq, tab, 0); }});
   }
   {  // SwiGLU gate at d_ffn 2816, 32768 rows: read a, b; write z. Backward reads a, b, dz; writes da, db.
     const int64_t n = int64_t(32768) * 2816;
@@ -421,17 +470,18 @@ int cmd_bench_dp(Args& args);
 int cmd_bench_decode(Args& args) {
   const int64_t context = args.integer("--context", 16384);
   const int reps = int(args.integer("--reps", 50));
+  const bool launch_gaps = args.flag("--launch-gaps");
   const std::string out = args.value("--out", "");
   args.finish();
   HYB_CHECK(context >= 32, "bench decode: --context must be >= 32 (the nha window), got ", context);
 #if !HYBRID_CUDA
-  (void)reps, (void)out;
+  (void)reps, (void)launch_gaps, (void)out;
   throw Error("bench decode: this build has no CUDA backend (configure with -DHYBRID_CUDA=ON)");
 #else
   HYB_CHECK(cuda_device_count() > 0, "bench decode: no CUDA device is visible");
   const auto& props = cuda_device_props(0);
   std::printf("device: %s, %d SMs\n", props.name.c_str(), props.sm_count);
-  decode_comparison(context, reps, out, props.name);
+  decode_comparison(context, Timing{reps, !launch_gaps}, out, props.name);
   return 0;
 #endif
 }
@@ -443,33 +493,41 @@ int cmd_bench(Args& args) {
   HYB_CHECK(what == "ops", "bench: expected `hybrid bench ops`, `hybrid bench decode` or `hybrid bench dp`, got \"",
             what.value_or(""), "\"");
   const std::string filter = args.value("--filter", "");
+  const std::string shape = args.value("--shape", "");
   const int reps = int(args.integer("--reps", 20));
+  const bool launch_gaps = args.flag("--launch-gaps");
   const std::string out = args.value("--out", "");
   args.finish();
 #if !HYBRID_CUDA
-  (void)filter, (void)reps, (void)out;
+  (void)filter, (void)shape, (void)reps, (void)launch_gaps, (void)out;
   throw Error("bench ops: this build has no CUDA backend (configure with -DHYBRID_CUDA=ON)");
 #else
   HYB_CHECK(cuda_device_count() > 0, "bench ops: no CUDA device is visible");
   const auto& props = cuda_device_props(0);
+  const Timing timing{reps, !launch_gaps};
   // Ceilings measured now: a 2 GiB device-to-device copy and an 8192^3 bf16 GEMM.
   Tensor src = random_cuda({int64_t(1) << 30}, DType::bf16, 90), dst = Tensor::empty({int64_t(1) << 30}, DType::bf16, Device::cuda(0));
-  const double copy_ms = median_ms([&] { dst.copy_(src); }, reps);
+  const double copy_ms = median_ms([&] { dst.copy_(src); }, timing);
   const double copy_gbs = 2.0 * double(src.nbytes()) / (copy_ms * 1e-3) / 1e9;
   Tensor a = random_cuda({8192, 8192}, DType::bf16, 91), b = random_cuda({8192, 8192}, DType::bf16, 92);
   Tensor c = Tensor::empty({8192, 8192}, DType::bf16, Device::cuda(0));
-  const double gemm_ms = median_ms([&] { matmul_into(c, a, b, false, true); }, reps);
+  const double gemm_ms = median_ms([&] { matmul_into(c, a, b, false, true); }, timing);
   const double gemm_tflops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (gemm_ms * 1e-3) / 1e12;
   src = dst = a = b = c = Tensor();
   std::printf("device: %s, %d SMs\nceilings: copy %.0f GB/s (%.3f ms for 2 x 2 GiB), bf16 GEMM %.0f TFLOP/s (%.3f ms at 8192^3)\n\n",
               props.name.c_str(), props.sm_count, copy_gbs, copy_ms, gemm_tflops, gemm_ms);
   std::printf("%-30s %-32s %10s %10s %8s %10s %8s\n", "kernel", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%gemm");
   for (const BenchCase& bc : make_cases()) {
-    if (!matches_filter(bc.name, filter)) continue;
+    if (!matches_filter(bc.name, filter) || (" " + bc.shape + " ").find(shape) == std::string::npos) continue;
     double ms = 0;
     try {
-      ms = median_ms(bc.run, reps);
+      // Only the cases' own launches fall inside a profiler range (ncu --profile-from-start off), not the
+      // input set-up or the ceilings.
+      cudaProfilerStart();
+      ms = median_ms(bc.run, timing);
+      cudaProfilerStop();
     } catch (const Error& e) {
+      cudaProfilerStop();
       std::printf("%-30s %-32s %s\n", bc.name.c_str(), bc.shape.c_str(), e.what());
       continue;
     }
@@ -486,6 +544,7 @@ int cmd_bench(Args& args) {
       r.add("copy_gb_per_s", copy_gbs).add("gemm_tflops", gemm_tflops).add("device", props.name);
       append_record(out, r);
     }
+    std::fflush(stdout);  // a row per case as it ends, also into a file under a timeout that may cut the run
   }
   return 0;
 #endif

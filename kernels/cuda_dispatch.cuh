@@ -42,4 +42,12 @@ int grid_blocks_for(Kernel kernel, int64_t n, int threads, size_t smem, int devi
   return int(want < 1 ? 1 : (want < cap ? want : cap));
 }
 
+// A row-group block: block row y (a slot) spans one row of C elements in V-element packs,
+// ceil(C / V) threads rounded to whole warps, and the block holds as many slots as fit in `threads`
+// (at least one). Used by the RMSNorm kernels that keep several rows a slot in flight.
+inline dim3 row_group_block(int64_t C, int V, int threads) {
+  const int tx = int((C / V + 31) / 32 * 32);
+  return dim3(unsigned(tx), unsigned(tx < threads ? threads / tx : 1));
+}
+
 }  // namespace hyb

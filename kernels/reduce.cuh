@@ -3,6 +3,7 @@
 // barrier so one kernel can call it several times in a row.
 //   float total = block_reduce_sum(partial);
 //   float row_max = warp_reduce_max(v);
+//   block_row_sum(sums, s_buf);  // K sums per block row (threadIdx.y), e.g. K rows of a row-group kernel
 //   column_sum_kernel<T><<<column_sum_blocks(n), column_sum_threads(rows), 0, stream>>>(partial, out, rows, n, 1.f);
 #pragma once
 #include <cstdint>
@@ -53,6 +54,32 @@ template <typename T>
 __device__ __forceinline__ T block_reduce_sum(T v) { return block_reduce(v, SumOp{}, T(0)); }
 template <typename T>
 __device__ __forceinline__ T block_reduce_max(T v) { return block_reduce(v, MaxOp{}, std::numeric_limits<T>::lowest()); }
+
+// The K sums of v[0..K) over the threads of each block row (threadIdx.y; blockDim.x a multiple of 32),
+// returned to every thread of that row, added warp by warp in warp order: one barrier for K
+// statistics of K rows at once. `buf` holds blockDim.x * blockDim.y / 32 * K floats of shared memory;
+// a caller that calls again before another barrier alternates between two such buffers, so a slow
+// thread still reading the last sums is never overwritten.
+//   __shared__ float s_sum[2][kMaxBlockWarps * 4]; float ss[4]; ...; block_row_sum(ss, s_sum[step % 2]);
+constexpr int kMaxBlockWarps = 1024 / kWarpSize;
+
+template <int K>
+__device__ __forceinline__ void block_row_sum(float (&v)[K], float* buf) {
+  const int lane = threadIdx.x % kWarpSize, warps = blockDim.x / kWarpSize;
+  float* row = buf + threadIdx.y * warps * K;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_reduce_sum(v[k]);
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k) row[threadIdx.x / kWarpSize * K + k] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0;
+    for (int w = 0; w < warps; ++w) s += row[w * K + k];
+    v[k] = s;
+  }
+}
 
 // out[c] = scale * sum over r of partial[r][c] for a (rows, n) fp32 matrix of per-block partials (the
 // deterministic second stage of a parameter-gradient reduction), in an order fixed by rows alone: a

@@ -4,6 +4,7 @@
 //   using P = Pack<float, kPack16<float>>;            // 4 floats
 //   P v = load_pack<P>(x + 4 * i); ...; store_pack(y + 4 * i, v);
 //   float f[8]; load_f32(x + 8 * i, f); ... store_f32(y + 8 * i, f);  // bf16 or f32 in memory, fp32 math
+//   Pack<bf16, 8> raw = load_pack<Pack<bf16, 8>>(x); ...; unpack_f32(raw, f);  // held as bf16 until used
 //   const int V = pack_width<T>(C, {x, y});  // kPack16<T> or 1: a kernel templated on V serves both
 #pragma once
 #include <cstddef>
@@ -42,6 +43,13 @@ __device__ __forceinline__ Pack<T, N> pack_f32(const float (&f)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) p.v[i] = device_convert<T>(f[i]);
   return p;
+}
+
+// A pack kept in its storage type (half the registers of fp32 for bf16) converted where it is used.
+template <typename T, int N>
+__device__ __forceinline__ void unpack_f32(const Pack<T, N>& p, float (&f)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = device_convert<float>(p.v[i]);
 }
 
 // N elements to or from fp32 registers in 16-byte packs (N larger than a pack, e.g. 8 floats next to 8

@@ -6,6 +6,8 @@
 # Runs the [gpu] layer tests of the families in GPU_TAGS, `hybrid bench ops` on BENCH_FILTER, the
 # other [gpu] layer tests, `hybrid bench decode` and the PyTorch SDPA anchor, in that order (the
 # newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
+# NCU_CASES adds per-kernel times of chosen bench cases, ANCHORS the Triton anchors, GAPS_FILTER
+# a second timing with the launch latency counted (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -22,9 +24,9 @@ export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64:/usr/local/cuda/li
 src=$(cat "$carried/source_dir")
 [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$(pwd)" "$src"; }
 echo "built from $(head -1 "$carried/commit")$( [ "$(wc -l < "$carried/commit")" -gt 1 ] && echo ' (with uncommitted changes)')"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/system.txt" 2>&1
-if ! "$build/hybrid" --help > /dev/null 2> "$out/loader.log"; then
-  echo "device_carried: $build/hybrid does not start:"; cat "$out/loader.log"; exit 2
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1
+if ! "$build/hybrid" --help > /dev/null 2> /tmp/hybrid-carried/loader.log; then
+  echo "device_carried: $build/hybrid does not start:"; cat /tmp/hybrid-carried/loader.log; exit 2
 fi
 
 tests_log=$out/tests.log
@@ -41,14 +43,39 @@ for tag in ${GPU_TAGS:-nha gated_delta_rule gsa simple_gla}; do
   run_tag "[$tag][gpu]" "${TAG_TIMEOUT:-30}"
   first="$first~[$tag]"
 done
-timeout "${BENCH_TIMEOUT:-60}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
+timeout "${BENCH_TIMEOUT:-120}" "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
   --filter "${BENCH_FILTER:-gated_delta_rule,nha,gsa,simple_gla,mamba2_block}" > "$out/bench.log" 2>&1
 echo "bench ops: rc $?"
+# The same cases timed with the host's launch latency counted (--launch-gaps), GAPS_FILTER="name,...".
+if [ -n "${GAPS_FILTER:-}" ]; then
+  { echo "== with launch gaps"; timeout 90 "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" --launch-gaps \
+      --filter "$GAPS_FILTER" | tail -n +4; } >> "$out/bench.log" 2>&1
+  echo "bench ops --launch-gaps: rc $?"
+fi
+# Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
+# the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
+# Slow: 1 to 3 minutes a case (the bench allocates every case's inputs, ~15 GB, under the profiler).
+IFS=';' read -ra ncu_cases <<< "${NCU_CASES:-}"
+for c in "${ncu_cases[@]}"; do
+  csv=/tmp/hybrid-carried/ncu_$(printf '%s' "$c" | tr -c 'A-Za-z0-9' _).csv
+  timeout "${NCU_TIMEOUT:-90}" ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+    --csv "$build/hybrid" bench ops --filter "${c%%@*}" --shape "${c#*@}" --reps 1 > "$csv" 2>&1
+  echo "ncu $c: rc $?"
+  python3 tools/ncu_summary.py "$csv" 4 | head -25 | tee -a "$out/ncu.log"
+done
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
 timeout 30 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
 echo "bench decode: rc $?"
 timeout "${SDPA_TIMEOUT:-45}" python3 tools/sdpa_anchor.py > "$out/sdpa.log" 2>&1
 echo "sdpa anchor: rc $?"
+# FLA / official-NHA anchors in the same call (carry .anchors too): ANCHORS="simple_gla,gated_delta_rule,..."
+# (tools/linear_anchors.py --only), ANCHOR_T="1024,4096,16384".
+if [ -n "${ANCHORS:-}" ]; then
+  timeout "${ANCHOR_TIMEOUT:-300}" python3 tools/linear_anchors.py --only "$ANCHORS" --T "${ANCHOR_T:-1024,4096,16384}" \
+    > "$out/anchors.log" 2>&1
+  echo "linear anchors: rc $?"
+fi
 cat "$out/bench.log"
 echo "== sdpa"; tail -14 "$out/sdpa.log"
-echo "== failures"; grep -B3 -A12 -E "FAILED|failed" "$tests_log" | head -80
+[ -f "$out/anchors.log" ] && { echo "== anchors"; grep -v "^ *$" "$out/anchors.log" | tail -40; }
+echo "== failures"; grep -B3 -A12 -E "FAILED|failed" "$tests_log" | head -80 || true

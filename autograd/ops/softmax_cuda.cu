@@ -88,20 +88,41 @@ struct BlockRowSlices {
   int lane;
   P* s_cache;
 
+  // The filling pass issues kFillPacks packs' loads before it stores or uses any of them, so a thread
+  // has that many in flight (with the row cached, the only pass that reads global memory); f still
+  // sees the packs in the order lane, lane + blockDim.x, ..., so the results are unchanged. (The
+  // scalar fallback keeps one: ptxas spilled the f32 one at four.)
+  static constexpr int kFillPacks = kVec > 1 ? 4 / NA : 1;
+
   template <bool kFill, typename F>
   __device__ __forceinline__ void for_each(F&& f) {
-    for (int64_t p = lane; p < packs; p += blockDim.x) {
-      P v[NA];
+    if constexpr (kFill) {
+      for (int64_t p0 = lane; p0 < packs; p0 += int64_t(kFillPacks) * blockDim.x) {
+        P v[kFillPacks][NA];
 #pragma unroll
-      for (int a = 0; a < NA; ++a) {
-        if (kFill || !s_cache) {
-          v[a] = load_pack<P>(row[a] + p * kVec);
-          if (kFill && s_cache) s_cache[a * packs + p] = v[a];
-        } else {
-          v[a] = s_cache[a * packs + p];
+        for (int u = 0; u < kFillPacks; ++u) {
+          const int64_t p = p0 + int64_t(u) * blockDim.x;
+          if (p < packs)
+#pragma unroll
+            for (int a = 0; a < NA; ++a) v[u][a] = load_pack<P>(row[a] + p * kVec);
+        }
+#pragma unroll
+        for (int u = 0; u < kFillPacks; ++u) {
+          const int64_t p = p0 + int64_t(u) * blockDim.x;
+          if (p >= packs) break;
+          if (s_cache)
+#pragma unroll
+            for (int a = 0; a < NA; ++a) s_cache[a * packs + p] = v[u][a];
+          f(v[u], p);
         }
       }
-      f(v, p);
+    } else {
+      for (int64_t p = lane; p < packs; p += blockDim.x) {
+        P v[NA];
+#pragma unroll
+        for (int a = 0; a < NA; ++a) v[a] = s_cache ? s_cache[a * packs + p] : load_pack<P>(row[a] + p * kVec);
+        f(v, p);
+      }
     }
   }
 };

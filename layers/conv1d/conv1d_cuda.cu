@@ -7,7 +7,8 @@
 // Widths W <= 4 (the models' 4, and 2, 3) take streaming kernels instead: a thread owns V channels
 // (a 16-byte pack where C and the pointers allow) and a run of kSteps time steps, keeps the last W
 // input rows and (backward) the last W pre-activation gradients in registers, and so reads each x
-// and dy element once (plus a W-1 row halo per run) and writes each output once. The backward
+// and dy element once (plus a W-1 row halo per run) and writes each output once. A thread loads its
+// rows kLookahead steps ahead of the math, so several rows are in flight per thread. The backward
 // fuses dpre, dx, dx0 and the dw / dbias partials in one pass: a thread sums its runs, the block
 // adds its threads' sums in a fixed order into one partial per block row, and the reduction kernel
 // adds those in order. The number of block rows depends on the shape only, not the device.
@@ -163,6 +164,15 @@ constexpr int kSteps = 16;            // time steps per run
 constexpr int kPacksPerBlock = 32;    // blockDim.x: channel packs
 constexpr int kRunThreads = 4;        // blockDim.y: runs
 constexpr int kMaxRunGroups = 256;    // backward gridDim.y cap: the number of dw partials
+// Steps whose rows a thread loads ahead (raw packs, converted when their step comes): the step loop's
+// loads sit behind the run-end test, so without this each waits for the previous step's math and a
+// thread has one row in flight.
+constexpr int kLookahead = 4;
+// Backward channels a thread (where C and the pointers allow 16-byte packs): 4, an 8-byte pack in
+// bf16. The thread's registers scale with it (the W + 1 dw sums, W weights, W inputs and W dpre
+// values of each channel): 8 bf16 channels took about 190 registers (two 128-thread blocks an SM);
+// 4 take 119, 149 with the lookahead rows (three blocks an SM, ptxas sm_90, W = 4).
+constexpr int kBackwardPack = 4;
 
 struct ConvShape {
   int64_t B, T, C;
@@ -204,6 +214,7 @@ template <typename T, int V, int KW>
 __global__ void conv1d_forward_stream_kernel(const T* __restrict__ x, const T* __restrict__ x0,
                                              const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y,
                                              ConvShape s) {
+  using P = Pack<T, V>;
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (c >= s.C) return;
   float wr[KW][V], br[V];
@@ -211,14 +222,20 @@ __global__ void conv1d_forward_stream_kernel(const T* __restrict__ x, const T* _
   for (int64_t k = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; k < s.runs; k += int64_t(gridDim.y) * blockDim.y) {
     int64_t b, t0;
     run_start(k, s, b, t0);
+    const int n = int(s.T - t0 < kSteps ? s.T - t0 : kSteps);
+    P ahead[kLookahead];  // ahead[u % kLookahead]: raw x row t0 + u, loaded kLookahead steps early
+#pragma unroll
+    for (int a = 0; a < kLookahead; ++a)
+      if (a < n) ahead[a] = load_pack<P>(x + (b * s.T + t0 + a) * s.C + c);
     float win[KW][V];  // win[j] = x row t - (KW-1) + j while producing row t
 #pragma unroll
     for (int j = 0; j < KW - 1; ++j) load_xp(x, x0, b, t0 - (KW - 1) + j, c, s, KW, win[j]);
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       const int64_t t = t0 + u;
-      if (t >= s.T) break;
-      load_f32(x + (b * s.T + t) * s.C + c, win[KW - 1]);
+      if (u >= n) break;
+      unpack_f32(ahead[u % kLookahead], win[KW - 1]);
+      if (u + kLookahead < n) ahead[u % kLookahead] = load_pack<P>(x + (b * s.T + t + kLookahead) * s.C + c);
       float out[V];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
@@ -244,6 +261,7 @@ __global__ void conv1d_backward_stream_kernel(const T* __restrict__ x, const T* 
                                               const T* __restrict__ w, const T* __restrict__ bias,
                                               const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dx0,
                                               float* __restrict__ partial, ConvShape s) {
+  using P = Pack<T, V>;
   __shared__ float s_acc[kRunThreads][kPacksPerBlock][(KW + 1) * V];
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   const bool active = c < s.C;
@@ -258,7 +276,15 @@ __global__ void conv1d_backward_stream_kernel(const T* __restrict__ x, const T* 
     for (int64_t k = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; k < s.runs; k += int64_t(gridDim.y) * blockDim.y) {
       int64_t b, t0;
       run_start(k, s, b, t0);
-      const int n = int(s.T - t0 < kSteps ? s.T - t0 : kSteps);
+      const int n = int(s.T - t0 < kSteps ? s.T - t0 : kSteps), steps = n + KW - 1;
+      // ax / ag[i % kLookahead]: raw x and dy rows t0 + i (where below T), loaded kLookahead steps early.
+      P ax[kLookahead], ag[kLookahead];
+#pragma unroll
+      for (int a = 0; a < kLookahead; ++a)
+        if (a < steps && t0 + a < s.T) {
+          ax[a] = load_pack<P>(x + (b * s.T + t0 + a) * s.C + c);
+          ag[a] = load_pack<P>(dy + (b * s.T + t0 + a) * s.C + c);
+        }
       float win[KW][V], dr[KW][V];  // dr[KW-1-j] = dpre at u - j
 #pragma unroll
       for (int j = 0; j < KW - 1; ++j) load_xp(x, x0, b, t0 - (KW - 1) + j, c, s, KW, win[j]);
@@ -268,7 +294,7 @@ __global__ void conv1d_backward_stream_kernel(const T* __restrict__ x, const T* 
         for (int e = 0; e < V; ++e) dr[j][e] = 0.f;
 #pragma unroll
       for (int i = 0; i < kSteps + KW - 1; ++i) {
-        if (i >= n + KW - 1) break;
+        if (i >= steps) break;
         const int64_t u = t0 + i;
 #pragma unroll
         for (int j = 0; j < KW - 1; ++j)
@@ -276,8 +302,12 @@ __global__ void conv1d_backward_stream_kernel(const T* __restrict__ x, const T* 
           for (int e = 0; e < V; ++e) dr[j][e] = dr[j + 1][e];
         if (u < s.T) {
           float g[V];
-          load_f32(x + (b * s.T + u) * s.C + c, win[KW - 1]);
-          load_f32(dy + (b * s.T + u) * s.C + c, g);
+          unpack_f32(ax[i % kLookahead], win[KW - 1]);
+          unpack_f32(ag[i % kLookahead], g);
+          if (i + kLookahead < steps && u + kLookahead < s.T) {
+            ax[i % kLookahead] = load_pack<P>(x + (b * s.T + u + kLookahead) * s.C + c);
+            ag[i % kLookahead] = load_pack<P>(dy + (b * s.T + u + kLookahead) * s.C + c);
+          }
 #pragma unroll
           for (int e = 0; e < V; ++e) {
             float pre = br[e];
@@ -438,7 +468,7 @@ Conv1dGrads causal_conv1d_silu_backward_cuda(const Conv1dSaved& s, const Tensor&
         HYB_CUDA_LAUNCH_CHECK("conv1d_backward_stream_kernel", grid, block, 0);
       };
       if (pack_width<E>(C, {x.data<E>(), x0p, dy.data<E>(), dxp, dx0p}) > 1)
-        launch(conv1d_backward_stream_kernel<E, kPack16<E>, KW>, kPack16<E>);
+        launch(conv1d_backward_stream_kernel<E, kBackwardPack, KW>, kBackwardPack);
       else
         launch(conv1d_backward_stream_kernel<E, 1, KW>, 1);
       if (partial.defined()) {

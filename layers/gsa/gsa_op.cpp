@@ -4,6 +4,7 @@
 #include <cmath>
 
 #if HYBRID_CUDA
+#include "layers/gsa/gsa_fused.h"
 #include "layers/gsa/slot_attention_cuda.h"
 #endif
 
@@ -72,6 +73,11 @@ GsaOutputs gsa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const GsaDims d = gsa_dims("gsa_forward", q, k, v, s, g, Hk0, Hv0);
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
 #if HYBRID_CUDA
+  if (q.is_cuda() && gsa_fused_supported(q, d)) {
+    GsaFusedOut y = gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale);
+    if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse};
+    return {y.o, y.Hk, y.Hv};
+  }
   if (q.is_cuda()) {
     SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, Hk0, Hv0, scale), false);
     if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse};
@@ -95,6 +101,7 @@ GsaGrads gsa_backward(const GsaSaved& s, const Tensor& dout, const Tensor& dHk, 
             "gsa_backward: the final Hv gradient is ", dHv.str(), "; it must be (B, Hkv, M, V) in ",
             dtype_name(s.g.dtype()));
 #if HYBRID_CUDA
+  if (s.q.is_cuda() && gsa_fused_supported(s.q, d)) return gsa_backward_fused(s, dout, dHk, dHv, needed);
   if (s.q.is_cuda()) {
     const double scale = s.params.scale ? *s.params.scale : 1.0 / std::sqrt(double(d.K));
     const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.Hk0, s.Hv0, scale);

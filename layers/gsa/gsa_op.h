@@ -7,7 +7,8 @@
 // memories are per kv head; q, a and o per query head. Layout BTHD: q (B, T, Hq, K), k (B, T, Hkv, K),
 // v (B, T, Hkv, V), s and g (B, T, Hkv, M), states Hk (B, Hkv, K, M), Hv (B, Hkv, M, V).
 // The CPU form is the recurrent reference; on CUDA tensors gsa_forward / gsa_backward run the chunked
-// kernels of gsa.md 4 (slot_attention_cuda.h, shared with nha: GSA is its window 0, shift 0 case).
+// kernels of gsa.md 4 (slot_attention_cuda.h, shared with nha: GSA is its window 0, shift 0 case); a
+// bf16 forward within gsa_fused.h's envelope runs the fused tensor-core kernels instead.
 //   GsaVars y = gsa(q, k, v, s, g, Var(), Var(), {});   // records the node
 #pragma once
 #include <optional>

@@ -7,7 +7,9 @@
 // so every row a warp takes uses the same gain row and the warp sums into its own shared (Gs,) row
 // (a lane only touches its own columns: no barriers); the block adds its warps' rows in warp order
 // into one (wrows, Gs) partial, and column_sum_kernel adds the partials in a fixed order. Rows wider
-// than a warp's pack row (Mamba2's) take a block per row instead (backward_rows_kernel below).
+// than a warp's pack row (Mamba2's) take row-group blocks instead (the rows kernels below), whose
+// slots each keep one gain row and write their own partial row. No float atomics: for a given shape
+// and device the results are the same bits on every run.
 #include <algorithm>
 #include <numeric>
 
@@ -22,9 +24,31 @@ namespace hyb {
 namespace {
 
 constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
-constexpr int kMaxRowThreads = 512;  // block-per-row kernels: at most 128 registers a thread
+// Row-group kernels: rows of up to kMaxRowThreads packs, blocks of about kRowGroupThreads threads
+// (several slots when a row is narrower), at most kRowGroupRegisters registers a thread: three
+// 256-thread blocks an SM. Rows a slot keeps in flight: forward (x, z) and backward (x, z, dy), at
+// three blocks an SM 48 and 36 KiB of loads in flight an SM. More rows, or 64 registers for a fourth
+// block, make ptxas spill (the gate's sigmoids are live across the row statistics).
+constexpr int kMaxRowThreads = 512;
+constexpr int kRowGroupThreads = 256;
+constexpr int kRowGroupRegisters = 80;
+constexpr int kFwdRowsPerSlot = 2;
+constexpr int kBwdRowsPerSlot = 1;
 
-__device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + __expf(-z)); }
+// Row-group blocks to fill the device once at `kernel`'s occupancy (fewer for few rows), rounded up so
+// the slots Q = grid * block.y are a multiple of wrows: each slot then keeps one gain row.
+template <typename Kernel>
+int row_group_grid(Kernel kernel, dim3 block, int rows_per_slot, int64_t rows, int64_t wrows, int dev) {
+  const int threads = int(block.x * block.y);
+  const int64_t groups = (rows + int64_t(block.y) * rows_per_slot - 1) / (int64_t(block.y) * rows_per_slot);
+  const int64_t fill = grid_blocks_for(kernel, groups * threads, threads, 0, dev);
+  const int64_t unit = wrows / std::gcd(wrows, int64_t(block.y));
+  return int((fill + unit - 1) / unit * unit);
+}
+
+// __fdividef: the IEEE division's slow path is a good share of the backward's instructions (two
+// sigmoids per element), and the fast one is within 2 ulp.
+__device__ __forceinline__ float sigmoidf_(float z) { return __fdividef(1.f, 1.f + __expf(-z)); }
 
 // ---------------------------------------------------------------------------------------------
 // Forward
@@ -68,45 +92,102 @@ __global__ void gated_rmsnorm_forward_kernel(const T* __restrict__ x, const T* _
   }
 }
 
-// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements: a block of ceil(Gs / V) threads (rounded to warps)
-// per row, grid-stride; a thread holds one pack of x and z in registers, so each is read once.
-template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads)
+// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements (Mamba2's d_ssm / G): row-group blocks.
+// A block row (threadIdx.y, a slot) of ceil(Gs / V) threads (whole warps) holds one pack of each
+// stream per thread; slot q = blockIdx.x * blockDim.y + threadIdx.y of Q = gridDim.x * blockDim.y
+// takes rows q, q + Q, q + 2Q, ..., kRows of them per step with all their loads issued before any
+// math, so a thread keeps kRows packs of every input in flight and the rows' statistics cost one
+// barrier (block_row_sum). Q is a multiple of wrows, so all of a slot's rows use gain row q % wrows,
+// held in registers. Every slot of a block runs the same number of steps (the barrier needs them
+// all); rows past the end load and store nothing.
+template <typename T, int V, int kRows, bool gate_first>
+__global__ void __maxnreg__(kRowGroupRegisters)
     gated_rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
                                       T* __restrict__ y, float* __restrict__ rstd, int64_t rows, int Gs, int64_t wrows,
-                                      float eps, bool gate_first) {
+                                      float eps) {
+  using P = Pack<T, V>;
+  __shared__ float s_sum[2][kMaxBlockWarps * kRows];
   const int c = threadIdx.x * V;
   const bool active = c < Gs;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    float xv[V], zv[V];
-    float ss = 0.f;
-    if (active) {
-      load_f32(x + row * Gs + c, xv);
-      load_f32(z + row * Gs + c, zv);
+  const int64_t Q = int64_t(gridDim.x) * blockDim.y, q = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t q0 = int64_t(blockIdx.x) * blockDim.y;  // the block's first slot: its rows bound the steps
+  P wp{};
+  if (active) wp = load_pack<P>(w + (q % wrows) * Gs + c);
+  int step = 0;
+#pragma unroll 1
+  for (int64_t k = 0; q0 + k * Q < rows; k += kRows, ++step) {
+    P xp[kRows], zp[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = q + (k + r) * Q;
+      xp[r] = zp[r] = P{};
+      if (active && row < rows) {
+        xp[r] = load_pack<P>(x + row * Gs + c);
+        zp[r] = load_pack<P>(z + row * Gs + c);
+      }
+    }
+    float ss[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float xv[V], zv[V];
+      unpack_f32(xp[r], xv);
+      unpack_f32(zp[r], zv);
+      ss[r] = 0.f;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float a = gate_first ? xv[e] * zv[e] * sigmoidf_(zv[e]) : xv[e];
-        ss += a * a;
+        ss[r] += a * a;
       }
     }
-    ss = block_reduce_sum(ss);
-    const float rs = rsqrtf(ss / float(Gs) + eps);
-    if (threadIdx.x == 0) rstd[row] = rs;
-    if (!active) continue;
-    float wv[V], out[V];
-    load_f32(w + (row % wrows) * Gs + c, wv);
+    block_row_sum(ss, s_sum[step % 2]);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float silu_z = zv[e] * sigmoidf_(zv[e]);
-      out[e] = gate_first ? xv[e] * silu_z * rs * wv[e] : xv[e] * rs * wv[e] * silu_z;
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = q + (k + r) * Q;
+      if (row >= rows) continue;
+      const float rs = rsqrtf(ss[r] / float(Gs) + eps);
+      if (threadIdx.x == 0) rstd[row] = rs;
+      if (!active) continue;
+      float xv[V], zv[V], wv[V], out[V];
+      unpack_f32(xp[r], xv);
+      unpack_f32(zp[r], zv);
+      unpack_f32(wp, wv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float silu_z = zv[e] * sigmoidf_(zv[e]);
+        out[e] = gate_first ? xv[e] * silu_z * rs * wv[e] : xv[e] * rs * wv[e] * silu_z;
+      }
+      store_f32(y + row * Gs + c, out);
     }
-    store_f32(y + row * Gs + c, out);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward
 // ---------------------------------------------------------------------------------------------
+
+// One element's backward terms: the gate's sigmoid sg, the normalised value nh and dnh = dL/dnh.
+struct GatedTerms {
+  float sg, nh, dnh;
+};
+
+__device__ __forceinline__ GatedTerms gated_terms(bool gate_first, float x, float z, float g, float w, float rs) {
+  const float sg = sigmoidf_(z);
+  return {sg, (gate_first ? x * z * sg : x) * rs, gate_first ? g * w : g * w * z * sg};
+}
+
+// The element's dx (ox) and dz (oz) from its terms and dn = r (dnh - nh m); returns its dw term.
+__device__ __forceinline__ float gated_grads(bool gate_first, float x, float z, float g, float w, float rs,
+                                             const GatedTerms& t, float dn, float& ox, float& oz) {
+  const float dsilu = t.sg * (1.f + z * (1.f - t.sg));
+  if (gate_first) {
+    ox = dn * z * t.sg;
+    oz = dn * x * dsilu;
+  } else {
+    ox = dn;
+    oz = g * t.nh * w * dsilu;
+  }
+  return gate_first ? g * x * z * t.sg * rs : g * z * t.sg * x * rs;
+}
 
 // Per row, with nh the normalised row (a r or x r) and dnh = dL/dnh, m = mean(dnh nh):
 //   dn = r (dnh - nh m) is dL/da (gate first) or dL/dx (norm first);
@@ -143,10 +224,8 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
         load_f32(wr + c, wv);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const float sg = sigmoidf_(zv[e]);
-          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
-          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-          m += dnh * nh;
+          const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs);
+          m += t.dnh * t.nh;
         }
       }
       m = warp_reduce_sum(m) / float(Gs);
@@ -159,19 +238,10 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
       load_f32(wr + c, wv);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const float sg = sigmoidf_(zv[e]);
-        const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
-        const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
-        const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-        const float dn = rs * (dnh - nh * m);
-        if (gate_first) {
-          ox[e] = dn * zv[e] * sg;
-          oz[e] = dn * xv[e] * dsilu;
-        } else {
-          ox[e] = dn;
-          oz[e] = go[e] * nh * wv[e] * dsilu;
-        }
-        if (dw_partial) my_dw[c + e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs : go[e] * zv[e] * sg * xv[e] * rs;
+        const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs);
+        const float dwe =
+            gated_grads(gate_first, xv[e], zv[e], go[e], wv[e], rs, t, rs * (t.dnh - t.nh * m), ox[e], oz[e]);
+        if (dw_partial) my_dw[c + e] += dwe;
       }
       if (dx) store_f32(dx + row * Gs + c, ox);
       if (dz) store_f32(dz + row * Gs + c, oz);
@@ -189,66 +259,90 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
   }
 }
 
-// Rows of kWarpSize * V < Gs <= kMaxRowThreads * V elements (Mamba2's d_ssm / G): a block of ceil(Gs / V)
-// threads (rounded to warps) per row, each holding one pack of every stream in registers (one read),
-// m by a block reduction, and its columns' dw in registers across the block's rows. gridDim.x is a
-// multiple of wrows, so block b's rows all use gain row b % wrows; its dw goes to row b / wrows,
-// columns (b % wrows) * Gs.. of dw_partial, a (gridDim.x / wrows, wrows * Gs) matrix.
-template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads)
+// The backward in the forward's row-group layout (slot q takes rows q, q + Q, ..., kRows a step, with
+// its gain row q % wrows in registers): kRows packs of x, z and dy in flight per thread, the rows' m by
+// one block_row_sum, and the thread's columns' dw in registers over all its slot's rows. Slot q's dw
+// goes to row q / wrows, columns (q % wrows) * Gs.. of dw_partial, a (Q / wrows, wrows * Gs) matrix.
+template <typename T, int V, int kRows, bool gate_first>
+__global__ void __maxnreg__(kRowGroupRegisters)
     gated_rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
                                        const T* __restrict__ dy, const float* __restrict__ rstd, T* __restrict__ dx,
                                        T* __restrict__ dz, float* __restrict__ dw_partial, int64_t rows, int Gs,
-                                       int64_t wrows, bool gate_first) {
+                                       int64_t wrows) {
+  using P = Pack<T, V>;
+  __shared__ float s_sum[2][kMaxBlockWarps * kRows];
   const int c = threadIdx.x * V;
   const bool active = c < Gs;
-  const int64_t wrow = blockIdx.x % wrows;
-  float wv[V], dw[V];
+  const int64_t Q = int64_t(gridDim.x) * blockDim.y, q = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t q0 = int64_t(blockIdx.x) * blockDim.y;
+  const int64_t wrow = q % wrows;
+  P wp{};
+  if (active) wp = load_pack<P>(w + wrow * Gs + c);
+  float dw[V];
 #pragma unroll
-  for (int e = 0; e < V; ++e) wv[e] = dw[e] = 0.f;
-  if (active) load_f32(w + wrow * Gs + c, wv);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    float xv[V], zv[V], go[V];
-    if (active) {
-      load_f32(x + row * Gs + c, xv);
-      load_f32(z + row * Gs + c, zv);
-      load_f32(dy + row * Gs + c, go);
+  for (int e = 0; e < V; ++e) dw[e] = 0.f;
+  int step = 0;
+#pragma unroll 1
+  for (int64_t k = 0; q0 + k * Q < rows; k += kRows, ++step) {
+    P xp[kRows], zp[kRows], gp[kRows];
+    float rs[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = q + (k + r) * Q;
+      xp[r] = zp[r] = gp[r] = P{};
+      rs[r] = 0.f;
+      if (row < rows) {
+        rs[r] = rstd[row];
+        if (active) {
+          xp[r] = load_pack<P>(x + row * Gs + c);
+          zp[r] = load_pack<P>(z + row * Gs + c);
+          gp[r] = load_pack<P>(dy + row * Gs + c);
+        }
+      }
     }
-    const float rs = rstd[row];
-    float m = 0.f;
+    // Row r's x, z, dy and gain packs in fp32.
+    auto unpack_row = [&](int r, float(&xv)[V], float(&zv)[V], float(&go)[V], float(&wv)[V]) {
+      unpack_f32(xp[r], xv);
+      unpack_f32(zp[r], zv);
+      unpack_f32(gp[r], go);
+      unpack_f32(wp, wv);
+    };
+    // m = mean(dnh * nh) of each row, when dx or dz is wanted (a uniform branch: the barrier is safe).
+    float m[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) m[r] = 0.f;
     if (dx || dz) {
-      if (active)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float xv[V], zv[V], go[V], wv[V];
+        unpack_row(r, xv, zv, go, wv);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          const float sg = sigmoidf_(zv[e]);
-          const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
-          const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-          m += dnh * nh;
+          const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
+          m[r] += t.dnh * t.nh;
         }
-      m = block_reduce_sum(m) / float(Gs);
+      }
+      block_row_sum(m, s_sum[step % 2]);
     }
     if (!active) continue;
-    float ox[V], oz[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float sg = sigmoidf_(zv[e]);
-      const float dsilu = sg * (1.f + zv[e] * (1.f - sg));
-      const float nh = (gate_first ? xv[e] * zv[e] * sg : xv[e]) * rs;
-      const float dnh = gate_first ? go[e] * wv[e] : go[e] * wv[e] * zv[e] * sg;
-      const float dn = rs * (dnh - nh * m);
-      if (gate_first) {
-        ox[e] = dn * zv[e] * sg;
-        oz[e] = dn * xv[e] * dsilu;
-      } else {
-        ox[e] = dn;
-        oz[e] = go[e] * nh * wv[e] * dsilu;
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = q + (k + r) * Q;
+      const float mr = m[r] / float(Gs);
+      float xv[V], zv[V], go[V], wv[V], ox[V], oz[V];
+      unpack_row(r, xv, zv, go, wv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
+        dw[e] += gated_grads(gate_first, xv[e], zv[e], go[e], wv[e], rs[r], t, rs[r] * (t.dnh - t.nh * mr), ox[e],
+                             oz[e]);
       }
-      dw[e] += gate_first ? go[e] * xv[e] * zv[e] * sg * rs : go[e] * zv[e] * sg * xv[e] * rs;
+      if (row >= rows) continue;
+      if (dx) store_f32(dx + row * Gs + c, ox);
+      if (dz) store_f32(dz + row * Gs + c, oz);
     }
-    if (dx) store_f32(dx + row * Gs + c, ox);
-    if (dz) store_f32(dz + row * Gs + c, oz);
   }
-  if (dw_partial && active) store_f32(dw_partial + (blockIdx.x / wrows) * (wrows * Gs) + wrow * Gs + c, dw);
+  if (dw_partial && active) store_f32(dw_partial + (q / wrows) * (wrows * Gs) + wrow * Gs + c, dw);
 }
 
 }  // namespace
@@ -274,13 +368,14 @@ Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tens
       constexpr int P = kPack16<T>;
       const bool packed = pack_width<T>(Gs, {x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>()}) > 1;
       if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
-        const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
-        auto kernel = gated_rmsnorm_forward_rows_kernel<T, P>;
-        const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
-        kernel<<<grid, row_threads, 0, current_stream(dev)>>>(
-            x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows, Gs, wrows, float(eps),
-            order == GatedNormOrder::gate_then_norm);
-        HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_rows_kernel", grid, row_threads, 0);
+        auto kernel = order == GatedNormOrder::gate_then_norm
+                          ? gated_rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot, true>
+                          : gated_rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot, false>;
+        const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
+        const int grid = row_group_grid(kernel, block, kFwdRowsPerSlot, rows, wrows, dev);
+        kernel<<<grid, block, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(),
+                                                        rstd.data<float>(), rows, Gs, wrows, float(eps));
+        HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_rows_kernel", grid, block, 0);
       } else if (packed) {
         launch(gated_rmsnorm_forward_kernel<T, P>);
       } else {
@@ -334,17 +429,18 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
       HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
     };
     if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
-      const int row_threads = (Gs / P + kWarpSize - 1) / kWarpSize * kWarpSize;
-      auto kernel = gated_rmsnorm_backward_rows_kernel<T, P>;
-      const int blocks = grid_for(kernel, row_threads, 0, rows, wrows);
+      auto kernel = gate_first ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, true>
+                               : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, false>;
+      const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
+      const int blocks = row_group_grid(kernel, block, kBwdRowsPerSlot, rows, wrows, dev);
+      const int partial_rows = int(int64_t(blocks) * block.y / wrows);
       Tensor partial;
-      if (needed[2]) partial = Tensor::empty({blocks / wrows, wn}, DType::f32, x.device());
-      kernel<<<blocks, row_threads, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
-                                                              rstd.data<float>(), dx, dz,
-                                                              needed[2] ? partial.data<float>() : nullptr, rows, Gs,
-                                                              wrows, gate_first);
-      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_rows_kernel", blocks, row_threads, 0);
-      if (needed[2]) reduce_dw(partial, int(blocks / wrows));
+      if (needed[2]) partial = Tensor::empty({partial_rows, wn}, DType::f32, x.device());
+      kernel<<<blocks, block, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
+                                                        rstd.data<float>(), dx, dz,
+                                                        needed[2] ? partial.data<float>() : nullptr, rows, Gs, wrows);
+      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_rows_kernel", blocks, block, 0);
+      if (needed[2]) reduce_dw(partial, partial_rows);
       return;
     }
     auto launch = [&](auto kernel) {

@@ -1,12 +1,15 @@
-// CUDA RMSNorm (rmsnorm_op.h has the math). One warp per row: rows are d_model wide (<= a few
-// thousand), so 32 lanes striding the row keep loads coalesced and the reduction is shuffles only.
-// Loads and stores move V elements at a time (16-byte packs when the row width and pointers allow,
-// kernels/vector_io.cuh), statistics in fp32. The weight gradient is reduced deterministically: a
-// warp sums dy * xhat of its rows per column (in registers when a packed row fits 4 packs a lane,
-// else in its own shared fp32 row; a lane only ever touches its own columns, so no barrier is
-// needed), the block adds its warps' sums in warp order into one partial row, and
-// column_sum_kernel (kernels/reduce.cuh) adds the partials in a fixed order. Packed rows wider than
-// 4 packs a lane take a block per row instead, with every value in registers.
+// CUDA RMSNorm (rmsnorm_op.h has the math). Three layouts by row width, all with loads and stores of
+// V elements at a time (16-byte packs when the row width and pointers allow, kernels/vector_io.cuh)
+// and statistics in fp32:
+//  - packed rows of at most 64 packs: a warp per row, the lane's packs in registers (one read);
+//  - packed rows of 65 to 512 packs (d_model 768 to 4096 in bf16): row-group blocks, one pack of
+//    each stream per thread and several rows per block row in flight (rmsnorm_forward_rows_kernel);
+//  - wider or unpacked rows: a warp per row striding it, re-reading it for the second pass.
+// The weight gradient is reduced deterministically: each warp or block sums dy * xhat of its rows
+// per column in a fixed order (registers, or a warp's own shared fp32 row for the widest rows), the
+// block adds its warps' or slots' sums in order into one partial row, and column_sum_kernel
+// (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
+// device the results are the same bits on every run.
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
@@ -20,7 +23,16 @@ namespace hyb {
 namespace {
 
 constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
-constexpr int kMaxRowThreads = 512;  // block-per-row kernels: at most 128 registers a thread
+// Row-group kernels: rows of up to kMaxRowThreads packs, at most 64 registers a thread, blocks of
+// about kRowGroupThreads threads (several slots when a row is narrower): four blocks an SM at
+// d_model 1024, whose barriers fall at different times, so one block's loads are in flight while
+// another reduces. Rows a slot keeps in flight: forward (x only) and backward (x and dy), at 1024
+// threads an SM 64 KiB of loads either way; four backward rows would not fit 64 registers (ptxas
+// spills).
+constexpr int kMaxRowThreads = 512;
+constexpr int kRowGroupThreads = 256;
+constexpr int kFwdRowsPerSlot = 4;
+constexpr int kBwdRowsPerSlot = 2;
 
 template <typename T, int V>
 __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
@@ -227,73 +239,148 @@ __global__ void rmsnorm_backward_cached_kernel(const T* __restrict__ x, const T*
   for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[int64_t(blockIdx.x) * C + c] = s_dw[c];
 }
 
-// Rows wider than a warp's 4 packs (d_model 2048 and up, to kMaxRowThreads packs): a block of
-// ceil(C / V) threads (rounded to warps) per row, grid-stride, each thread holding one pack of every
-// stream in registers (one read of x and dy), the row statistics by block reductions, and its
-// columns' dw in registers across the block's rows, written as the block's partial row.
-template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads)
+// Rows of 65 to kMaxRowThreads packs (d_model 768 and up in bf16): a block row (threadIdx.y) of
+// ceil(C / V) threads (rounded to warps) per table row, one pack of each stream per thread, and
+// blockDim.y such slots (about kRowGroupThreads threads a block). A slot takes kRows consecutive rows
+// per step, issuing all their loads before any math, so a thread keeps kRows packs of x (and of dy)
+// in flight, and the row statistics of those rows cost one barrier (block_row_sum). Rows are held as
+// raw packs (bf16: 4 registers a pack) and converted where used. The block walks groups of
+// blockDim.y * kRows rows grid-stride, the same trip count for every slot (the barrier needs all of
+// them); rows past the end load nothing and store nothing. w sits in registers for the whole run.
+template <typename T, int V, int kRows>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
     rmsnorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                 float* __restrict__ rstd, int64_t rows, int C, float eps) {
+  using P = Pack<T, V>;
+  __shared__ float s_sum[2][kMaxBlockWarps * kRows];
   const int c = threadIdx.x * V;
   const bool active = c < C;
   float wv[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) wv[j] = 0.f;
   if (active) load_f32(w + c, wv);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    float xv[V];
-    float ss = 0.f;
-    if (active) {
-      load_f32(x + row * C + c, xv);
+  const int64_t group = int64_t(blockDim.y) * kRows;
+  int step = 0;
+#pragma unroll 1
+  for (int64_t first = int64_t(blockIdx.x) * group; first < rows; first += int64_t(gridDim.x) * group, ++step) {
+    const int64_t row0 = first + int64_t(threadIdx.y) * kRows;
+    P xp[kRows];
 #pragma unroll
-      for (int j = 0; j < V; ++j) ss += xv[j] * xv[j];
+    for (int r = 0; r < kRows; ++r) {
+      xp[r] = P{};
+      if (active && row0 + r < rows) xp[r] = load_pack<P>(x + (row0 + r) * C + c);
     }
-    ss = block_reduce_sum(ss);
-    const float rs = rsqrtf(ss / float(C) + eps);
-    if (threadIdx.x == 0 && rstd) rstd[row] = rs;
-    if (!active) continue;
-    float yv[V];
+    float ss[kRows];
 #pragma unroll
-    for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[j] * rs);
-    store_f32(y + row * C + c, yv);
+    for (int r = 0; r < kRows; ++r) {
+      float xv[V];
+      unpack_f32(xp[r], xv);
+      ss[r] = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss[r] += xv[j] * xv[j];
+    }
+    block_row_sum(ss, s_sum[step % 2]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r >= rows) continue;
+      const float rs = rsqrtf(ss[r] / float(C) + eps);
+      if (threadIdx.x == 0 && rstd) rstd[row0 + r] = rs;
+      if (!active) continue;
+      float xv[V], yv[V];
+      unpack_f32(xp[r], xv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) yv[j] = wv[j] * (xv[j] * rs);
+      store_f32(y + (row0 + r) * C + c, yv);
+    }
   }
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(kMaxRowThreads)
+// The backward in the same layout: kRows packs of x and of dy in flight per thread, the rows' mean(g *
+// xhat) by one block_row_sum, and the thread's columns' dw in registers over all its slot's rows.
+// At the end the block adds its slots' dw in slot order (through s_dw, blockDim.y rows of C floats,
+// when there are several) into its partial row.
+template <typename T, int V, int kRows>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
     rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
                                  const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ dw_partial,
                                  int64_t rows, int C) {
+  using P = Pack<T, V>;
+  extern __shared__ float s_dw[];  // (blockDim.y, C) when blockDim.y > 1
+  __shared__ float s_sum[2][kMaxBlockWarps * kRows];
   const int c = threadIdx.x * V;
   const bool active = c < C;
-  float wv[V], dw[V];
+  P wp{};  // w stays a raw pack: the registers go to the rows in flight
+  if (active) wp = load_pack<P>(w + c);
+  float dw[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) wv[j] = dw[j] = 0.f;
-  if (active) load_f32(w + c, wv);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    float xv[V], gv[V];
-    if (active) {
-      load_f32(x + row * C + c, xv);
-      load_f32(dy + row * C + c, gv);
-    }
-    const float rs = rstd[row];
-    if (dx) {
-      float m = 0.f;
-      if (active)
+  for (int j = 0; j < V; ++j) dw[j] = 0.f;
+  const int64_t group = int64_t(blockDim.y) * kRows;
+  int step = 0;
+#pragma unroll 1
+  for (int64_t first = int64_t(blockIdx.x) * group; first < rows; first += int64_t(gridDim.x) * group, ++step) {
+    const int64_t row0 = first + int64_t(threadIdx.y) * kRows;
+    P xp[kRows], gp[kRows];
+    float rs[kRows];
 #pragma unroll
-        for (int j = 0; j < V; ++j) m += gv[j] * wv[j] * xv[j] * rs;
-      m = block_reduce_sum(m) / float(C);
-      if (active) {
-        float out[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = rs * (gv[j] * wv[j] - xv[j] * rs * m);
-        store_f32(dx + row * C + c, out);
+    for (int r = 0; r < kRows; ++r) {
+      xp[r] = gp[r] = P{};
+      rs[r] = 0.f;
+      if (row0 + r < rows) {
+        rs[r] = rstd[row0 + r];
+        if (active) {
+          xp[r] = load_pack<P>(x + (row0 + r) * C + c);
+          gp[r] = load_pack<P>(dy + (row0 + r) * C + c);
+        }
       }
     }
-    if (active)
+    // mean(g * xhat) of the rows when dx is wanted (a uniform branch: the barrier is safe).
+    float m[kRows];
 #pragma unroll
-      for (int j = 0; j < V; ++j) dw[j] += gv[j] * xv[j] * rs;
+    for (int r = 0; r < kRows; ++r) m[r] = 0.f;
+    if (dx) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float xv[V], gv[V], wv[V];
+        unpack_f32(xp[r], xv);
+        unpack_f32(gp[r], gv);
+        unpack_f32(wp, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m[r] += gv[j] * wv[j] * xv[j] * rs[r];
+      }
+      block_row_sum(m, s_sum[step % 2]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float xv[V], gv[V];
+      unpack_f32(xp[r], xv);
+      unpack_f32(gp[r], gv);
+      if (dx && active && row0 + r < rows) {
+        const float mr = m[r] / float(C);
+        float wv[V], out[V];
+        unpack_f32(wp, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = rs[r] * (gv[j] * wv[j] - xv[j] * rs[r] * mr);
+        store_f32(dx + (row0 + r) * C + c, out);
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) dw[j] += gv[j] * xv[j] * rs[r];
+    }
   }
-  if (dw_partial && active) store_f32(dw_partial + int64_t(blockIdx.x) * C + c, dw);
+  if (!dw_partial) return;
+  float* out = dw_partial + int64_t(blockIdx.x) * C + c;
+  if (blockDim.y == 1) {
+    if (active) store_f32(out, dw);
+    return;
+  }
+  if (active)
+#pragma unroll
+    for (int j = 0; j < V; ++j) s_dw[int64_t(threadIdx.y) * C + c + j] = dw[j];
+  __syncthreads();
+  if (threadIdx.y != 0 || !active) return;
+  for (int k = 1; k < int(blockDim.y); ++k)
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[j] += s_dw[int64_t(k) * C + c + j];
+  store_f32(out, dw);
 }
 
 }  // namespace
@@ -325,15 +412,15 @@ Tensor rmsnorm_forward_cuda(const Tensor& x0, const Tensor& w0, double eps, Tens
       launch(rmsnorm_forward_cached_kernel<T, P, 1>);
     else if (packed && C <= 2 * kWarpSize * P)
       launch(rmsnorm_forward_cached_kernel<T, P, 2>);
-    else if (packed && C <= 4 * kWarpSize * P)
-      launch(rmsnorm_forward_cached_kernel<T, P, 4>);
     else if (packed && C <= kMaxRowThreads * P) {
-      const int row_threads = (C / P + kWarpSize - 1) / kWarpSize * kWarpSize;
-      auto kernel = rmsnorm_forward_rows_kernel<T, P>;
-      const int grid = grid_blocks_for(kernel, rows * row_threads, row_threads, 0, dev);
-      kernel<<<grid, row_threads, 0, current_stream(dev)>>>(x.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(),
-                                                            rows, C, float(eps));
-      HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_rows_kernel", grid, row_threads, 0);
+      auto kernel = rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot>;
+      const dim3 block = row_group_block(C, P, kRowGroupThreads);
+      const int threads = int(block.x * block.y);
+      const int64_t groups = (rows + block.y * kFwdRowsPerSlot - 1) / (block.y * kFwdRowsPerSlot);
+      const int grid = grid_blocks_for(kernel, groups * threads, threads, 0, dev);
+      kernel<<<grid, block, 0, current_stream(dev)>>>(x.data<T>(), w.data<T>(), y.data<T>(), rstd.data<float>(), rows,
+                                                      C, float(eps));
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_forward_rows_kernel", grid, block, 0);
     } else if (packed)
       launch(rmsnorm_forward_kernel<T, P>);
     else
@@ -362,19 +449,19 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
   visit_cuda_float("rmsnorm_backward_cuda", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* dx = needed[0] ? g.dx.data<T>() : nullptr;
-    // `rows_per_block` rows in flight per block: its warps (a row each), or 1 for a block per row.
-    auto launch = [&](auto kernel, int warps, int rows_per_block, size_t smem) {
+    // `rows_per_block` rows in flight per block: its warps (a row each), or its slots' row groups.
+    auto launch = [&](auto kernel, dim3 block, int rows_per_block, size_t smem) {
       // Enough blocks to fill every SM at the occupancy the kernel allows, and no more: each block
       // adds one partial row for the reduction to read.
-      const int threads = warps * kWarpSize;
+      const int threads = int(block.x * block.y);
       const int blocks =
           grid_blocks_for(kernel, (rows + rows_per_block - 1) / rows_per_block * threads, threads, smem, dev);
       Tensor partial;
       if (needed[1]) partial = Tensor::empty({blocks, C}, DType::f32, x.device());
-      kernel<<<blocks, threads, smem, current_stream(dev)>>>(x.data<T>(), w.data<T>(), dy.data<T>(),
+      kernel<<<blocks, block, smem, current_stream(dev)>>>(x.data<T>(), w.data<T>(), dy.data<T>(),
                                                              s.rstd.data<float>(), dx,
                                                              needed[1] ? partial.data<float>() : nullptr, rows, C);
-      HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, threads, smem);
+      HYB_CUDA_LAUNCH_CHECK("rmsnorm_backward_kernel", blocks, block, smem);
       if (needed[1]) {
         column_sum_kernel<T><<<column_sum_blocks(C), column_sum_threads(blocks), 0, current_stream(dev)>>>(
             partial.data<float>(), g.dw.data<T>(), blocks, C, 1.f);
@@ -384,22 +471,23 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     constexpr int P = kPack16<T>;
     const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1;
     const size_t cached_smem = needed[1] ? row_bytes : 0;
+    const dim3 warps8(8 * kWarpSize);
     if (packed && C <= kWarpSize * P) {
-      launch(rmsnorm_backward_cached_kernel<T, P, 1>, 8, 8, cached_smem);
+      launch(rmsnorm_backward_cached_kernel<T, P, 1>, warps8, 8, cached_smem);
     } else if (packed && C <= 2 * kWarpSize * P) {
-      launch(rmsnorm_backward_cached_kernel<T, P, 2>, 8, 8, cached_smem);
-    } else if (packed && C <= 4 * kWarpSize * P) {
-      launch(rmsnorm_backward_cached_kernel<T, P, 4>, 8, 8, cached_smem);
+      launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
     } else if (packed && C <= kMaxRowThreads * P) {
-      launch(rmsnorm_backward_rows_kernel<T, P>, (C / P + kWarpSize - 1) / kWarpSize, 1, 0);
+      const dim3 block = row_group_block(C, P, kRowGroupThreads);
+      const size_t smem = needed[1] && block.y > 1 ? block.y * row_bytes : 0;
+      launch(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>, block, int(block.y) * kBwdRowsPerSlot, smem);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
       const size_t smem = needed[1] ? size_t(warps) * row_bytes : 0;
       if (packed)
-        launch(rmsnorm_backward_kernel<T, P>, warps, warps, smem);
+        launch(rmsnorm_backward_kernel<T, P>, dim3(warps * kWarpSize), warps, smem);
       else
-        launch(rmsnorm_backward_kernel<T, 1>, warps, warps, smem);
+        launch(rmsnorm_backward_kernel<T, 1>, dim3(warps * kWarpSize), warps, smem);
     }
   });
   return g;

@@ -1,9 +1,11 @@
 // CUDA RoPE (rope_op.h). x (B, T, H, D) with any strides on B, T, H. A block row (threadIdx.y) takes
-// one token (b, t); its threads take the H * (R/2V + (D-R)/V) items of that token: V rotated pairs
-// (i..i+V-1 with i+R/2..) read as packs with V cos/sin values of the f32 table, or a pack of
-// pass-through dims copied bit for bit. V is a 16-byte pack when R/2, D-R, the strides and pointers
-// allow, else 1. b comes from blockIdx.y and t from the grid stride, so the only division is a
-// 32-bit one per pack (item -> head).
+// one token (b, t). The token's items are (j, hs): j is a pack position within a head vector (R/2V
+// rotated pairs i..i+V-1 with i+R/2.., then (D-R)/V pass-through packs) and hs a head slice, the heads
+// hs, hs + S, ... (kHeads of them, S = ceil(H / kHeads)). A thread loads the V cos/sin values of its
+// pair once and applies them to all its heads, whose packs it loads before any math: kHeads x 2
+// packs in flight a thread, the table read once per (token, pair) instead of once per head. b comes
+// from blockIdx.y and t from the grid stride; the only division is a 32-bit one per item. V is a
+// 16-byte pack when R/2, D-R, the strides and pointers allow, else 1.
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
@@ -22,40 +24,62 @@ struct RopeDims {
   float direction;     // +1 forward, -1 backward
 };
 
+// Heads a thread rotates with one load of its cos/sin values. Two keep a bf16 thread within 64
+// registers (four blocks of 256 an SM, 64 KiB of loads in flight an SM); four would need 128.
+constexpr int kHeads = 2;
+
 template <typename T, int V>
-__global__ void rope_kernel(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ cos_t,
+__global__ void __launch_bounds__(256, 4) rope_kernel(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ cos_t,
                             const float* __restrict__ sin_t, RopeDims d) {
+  using P = Pack<T, V>;
   const int half = int(d.R / 2);
   const int rot_items = half / V, per_vec = rot_items + int(d.D - d.R) / V;
-  const int items = int(d.H) * per_vec;
+  const int H = int(d.H), slices = (H + kHeads - 1) / kHeads;
+  const int items = slices * per_vec;
   for (int64_t b = blockIdx.y; b < d.B; b += gridDim.y) {
     for (int64_t t = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; t < d.T; t += int64_t(gridDim.x) * blockDim.y) {
       const T* xt = x + b * d.sb + t * d.st;
       T* yt = y + (b * d.T + t) * d.H * d.D;
-      const float* ct = cos_t + (d.offset + t) * half;
-      const float* st = sin_t + (d.offset + t) * half;
       for (int k = threadIdx.x; k < items; k += blockDim.x) {
-        const int h = k / per_vec, j = k - h * per_vec;
-        const T* xv = xt + h * d.sh;
-        T* yv = yt + int64_t(h) * d.D;
-        if (j < rot_items) {
-          const int i = j * V;
-          float x1[V], x2[V], c[V], s[V], y1[V], y2[V];
-          load_f32(xv + i, x1);
-          load_f32(xv + i + half, x2);
-          load_f32(ct + i, c);
-          load_f32(st + i, s);
+        const int hs = k / per_vec, j = k - hs * per_vec;
+        const bool rotated = j < rot_items;
+        const int i = rotated ? j * V : int(d.R) + (j - rot_items) * V;
+        // Head u of the thread: hs + u * slices; its input and output packs a fixed step apart.
+        const T* xh = xt + hs * d.sh + i;
+        T* yh = yt + int64_t(hs) * d.D + i;
+        const int64_t xstep = slices * d.sh, ystep = int64_t(slices) * d.D;
+        const int heads = min(kHeads, (H - hs + slices - 1) / slices);
+        P x1[kHeads], x2[kHeads];
+#pragma unroll
+        for (int u = 0; u < kHeads; ++u)
+          if (u < heads) {
+            x1[u] = load_pack<P>(xh + u * xstep);
+            if (rotated) x2[u] = load_pack<P>(xh + u * xstep + half);
+          }
+        if (!rotated) {
+#pragma unroll
+          for (int u = 0; u < kHeads; ++u)
+            if (u < heads) store_pack(yh + u * ystep, x1[u]);
+          continue;
+        }
+        float c[V], s[V];
+        load_f32(cos_t + (d.offset + t) * half + i, c);
+        load_f32(sin_t + (d.offset + t) * half + i, s);
+#pragma unroll
+        for (int e = 0; e < V; ++e) s[e] *= d.direction;
+#pragma unroll
+        for (int u = 0; u < kHeads; ++u) {
+          if (u >= heads) continue;
+          float a[V], bb[V], y1[V], y2[V];
+          unpack_f32(x1[u], a);
+          unpack_f32(x2[u], bb);
 #pragma unroll
           for (int e = 0; e < V; ++e) {
-            const float sn = d.direction * s[e];
-            y1[e] = x1[e] * c[e] - x2[e] * sn;
-            y2[e] = x1[e] * sn + x2[e] * c[e];
+            y1[e] = a[e] * c[e] - bb[e] * s[e];
+            y2[e] = a[e] * s[e] + bb[e] * c[e];
           }
-          store_f32(yv + i, y1);
-          store_f32(yv + i + half, y2);
-        } else {
-          const int i = int(d.R) + (j - rot_items) * V;
-          store_pack(yv + i, load_pack<Pack<T, V>>(xv + i));
+          store_f32(yh + u * ystep, y1);
+          store_f32(yh + u * ystep + half, y2);
         }
       }
     }
@@ -85,8 +109,8 @@ Tensor rope_rotate_cuda(const Tensor& x, const RopeTable& table, int64_t offset,
                         d.sh % P == 0 && pack_width<T>(d.D, {xp, y.data<T>()}) == P &&
                         pack_width<float>(d.R / 2, {table.cos.data<float>(), table.sin.data<float>()}) > 1;
     const int V = packed ? P : 1;
-    const int64_t items = d.H * (d.R / 2 + d.D - d.R) / V;
-    const int tx = int(std::min<int64_t>(256, (items + 31) / 32 * 32));
+    const int64_t items = (d.H + kHeads - 1) / kHeads * ((d.R / 2 + d.D - d.R) / V);
+    const int tx = int(std::min<int64_t>(256, items));
     const int ty = std::max(1, 256 / tx);
     auto launch = [&](auto kernel) {
       const int total = grid_blocks_for(kernel, n / V, tx * ty, 0, dev);

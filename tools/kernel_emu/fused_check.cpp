@@ -1,19 +1,24 @@
-// The fused bf16 CUDA paths of simple_gla and gated_delta_rule run in the emulator on CPU tensors,
-// output and every gradient against the f64 recurrent CPU references, which see the same
+// The fused bf16 CUDA paths of simple_gla, gated_delta_rule and the gsa forward run in the emulator on
+// CPU tensors, output and every gradient against the f64 recurrent CPU references, which see the same
 // bf16-rounded inputs (so the error is the kernels' own; the [gpu] tests' 2e-2 is the bar).
 //   fused_check selfcheck   simple_gla, whose fused path is proven on the GPU: checks the emulator
 //   fused_check gdn         gated_delta_rule, small shapes, strong and weak decays (seconds)
 //   fused_check tiles       gated_delta_rule at every compiled tile configuration (minutes)
 //   fused_check segments    gated_delta_rule with few heads and many chunks: the segmented scans (minutes)
 //   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]
+//   fused_check gsa         gsa (o, final memories, lse, every gradient): GQA, T off the chunk, M below
+//                           the slot tile, chunks on both sides of the mid-reference guard
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "autograd/gradcheck.h"
 #include "compare.h"
 #include "core/rng.h"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
+#include "layers/gsa/gsa_fused.h"
 #include "layers/mamba2/simple_gla_op.h"
 #include "layers/norm/l2norm_op.h"
 
@@ -126,6 +131,85 @@ void run_simple_gla(int64_t B, int64_t T, int64_t Gq, int64_t H, int64_t K, int6
   check("dS0", gg.dS0, rg.dS0);
 }
 
+// lse of every row (B, T, Hq) by the recurrence of gsa.md 2.1 in f64: the slot logits z = scale Hk_t^T q_t.
+Tensor gsa_lse(const Tensor& q, const Tensor& k, const Tensor& s, const Tensor& g, const Tensor& Hk0, double scale) {
+  const int64_t B = q.size(0), T = q.size(1), Hq = q.size(2), K = q.size(3), Hkv = k.size(2), M = s.size(3);
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), sc = s.contiguous(), gc = g.contiguous();
+  const double *qp = qc.data<double>(), *kp = kc.data<double>(), *sp = sc.data<double>(), *gp = gc.data<double>();
+  Tensor out = Tensor::empty({B, T, Hq}, DType::f64);
+  double* op = out.data<double>();
+  const Tensor h0 = Hk0.defined() ? Hk0.contiguous() : Tensor();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < Hkv; ++j) {
+      std::vector<double> H(size_t(K * M), 0.0), z(static_cast<size_t>(M));
+      if (h0.defined()) std::copy_n(h0.data<double>() + (b * Hkv + j) * K * M, K * M, H.begin());
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t row = (b * T + t) * Hkv + j;
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t m = 0; m < M; ++m)
+            H[size_t(i * M + m)] = H[size_t(i * M + m)] * std::exp(gp[row * M + m]) + kp[row * K + i] * sp[row * M + m];
+        for (int64_t h = j * (Hq / Hkv); h < (j + 1) * (Hq / Hkv); ++h) {
+          const double* qr = qp + ((b * T + t) * Hq + h) * K;
+          double mx = -INFINITY, sum = 0.0;
+          for (int64_t m = 0; m < M; ++m) {
+            double acc = 0.0;
+            for (int64_t i = 0; i < K; ++i) acc += H[size_t(i * M + m)] * qr[i];
+            z[size_t(m)] = scale * acc;
+            mx = std::max(mx, z[size_t(m)]);
+          }
+          for (int64_t m = 0; m < M; ++m) sum += std::exp(z[size_t(m)] - mx);
+          op[(b * T + t) * Hq + h] = mx + std::log(sum);
+        }
+      }
+    }
+  return out;
+}
+
+struct GsaCase {
+  int64_t B, T, Hq, Hkv, K, V, M;
+  bool states;
+  double glo;  // gates uniform in [glo, -0.01]: a chunk's decay range reaches about 64 |glo| / 2
+};
+
+void run_gsa(const GsaCase& c) {
+  std::printf("gsa B %ld T %ld Hq %ld Hkv %ld K %ld V %ld M %ld%s g in [%g, -0.01]\n", c.B, c.T, c.Hq, c.Hkv, c.K, c.V,
+              c.M, c.states ? " states" : "", c.glo);
+  const Tensor q = rounded(random_tensor({c.B, c.T, c.Hq, c.K}, 21, DType::f64, 0.5), DType::bf16);
+  const Tensor k = rounded(random_tensor({c.B, c.T, c.Hkv, c.K}, 22, DType::f64, 0.5), DType::bf16);
+  const Tensor v = rounded(random_tensor({c.B, c.T, c.Hkv, c.V}, 23), DType::bf16);
+  const Tensor s = rounded(uniform({c.B, c.T, c.Hkv, c.M}, 24, 0.0, 1.0), DType::f32);
+  const Tensor g = rounded(uniform({c.B, c.T, c.Hkv, c.M}, 25, c.glo, -0.01), DType::f32);
+  const Tensor Hk0 = c.states ? rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 26, DType::f64, 0.5), DType::f32) : Tensor();
+  const Tensor Hv0 = c.states ? rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 27, DType::f64, 0.5), DType::f32) : Tensor();
+  const double scale = 0.4;
+  const GsaOutputs ref = gsa_forward_cpu(q, k, v, s, g, Hk0, Hv0, scale);
+  const GsaFusedOut got = gsa_forward_fused(as(q, DType::bf16), as(k, DType::bf16), as(v, DType::bf16),
+                                            as(s, DType::f32), as(g, DType::f32), as(Hk0, DType::f32),
+                                            as(Hv0, DType::f32), scale);
+  check("o", got.o, ref.o);
+  check("Hk", got.Hk, ref.Hk);
+  check("Hv", got.Hv, ref.Hv);
+  check("lse", got.lse, gsa_lse(q, k, s, g, Hk0, scale));
+  const Tensor dout = rounded(random_tensor({c.B, c.T, c.Hq, c.V}, 28), DType::bf16);
+  const Tensor dHk = rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 29, DType::f64, 0.5), DType::f32);
+  const Tensor dHv = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 30, DType::f64, 0.5), DType::f32);
+  GsaParams p;
+  p.scale = scale;
+  const GsaSaved rs{q, k, v, s, g, Hk0, Hv0, p, Tensor()};
+  const GsaGrads rg = gsa_backward_cpu(rs, dout, dHk, dHv, GradMask{127});
+  const GsaSaved fs{as(q, DType::bf16), as(k, DType::bf16), as(v, DType::bf16), as(s, DType::f32), as(g, DType::f32),
+                    as(Hk0, DType::f32), as(Hv0, DType::f32), p, got.lse};
+  const GsaGrads fg = gsa_backward_fused(fs, as(dout, DType::bf16), as(dHk, DType::f32), as(dHv, DType::f32),
+                                         GradMask{127});
+  check("dq", fg.dq, rg.dq);
+  check("dk", fg.dk, rg.dk);
+  check("dv", fg.dv, rg.dv);
+  check("ds", fg.ds, rg.ds);
+  check("dg", fg.dg, rg.dg);
+  check("dHk0", fg.dHk0, rg.dHk0);
+  check("dHv0", fg.dHv0, rg.dHv0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,6 +238,13 @@ int main(int argc, char** argv) {
          {GdnCase{1, 1317, 2, 2, 64, 64, true, false, true}, GdnCase{2, 1600, 1, 1, 32, 16, true, false, true},
           GdnCase{1, 1600, 1, 2, 32, 24, false, false, false}, GdnCase{1, 1100, 1, 1, 128, 256, true, false, true}})
       run_gdn(c);
+  } else if (what == "gsa") {
+    for (const GsaCase& c : {GsaCase{2, 37, 4, 2, 16, 16, 8, false, -0.9}, GsaCase{1, 1, 2, 1, 8, 8, 4, true, -0.9},
+                             GsaCase{1, 65, 2, 2, 64, 64, 64, true, -0.9}, GsaCase{1, 130, 2, 1, 24, 40, 32, true, -1.6},
+                             GsaCase{1, 100, 2, 2, 72, 24, 16, true, -10.0}, GsaCase{1, 70, 2, 2, 128, 128, 64, true, -4.0},
+                             GsaCase{1, 129, 3, 1, 64, 128, 5, false, -0.3}, GsaCase{2, 200, 8, 2, 128, 64, 1, true, -0.9},
+                             GsaCase{1, 190, 4, 2, 40, 16, 48, true, -1.7}})
+      run_gsa(c);
   } else if (what.rfind("one:", 0) == 0) {
     GdnCase c{};
     int s0 = 0, zb = 0, weak = 0;
@@ -167,7 +258,7 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(
         stderr,
-        "fused_check: selfcheck | gdn | tiles | segments | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
+        "fused_check: selfcheck | gdn | tiles | segments | gsa | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
     return 2;
   }
   std::printf(all_ok ? "all within %g\n" : "FAILED (tolerance %g)\n", kTol);

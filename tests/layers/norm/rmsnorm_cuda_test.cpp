@@ -8,9 +8,10 @@
 using namespace hyb;
 
 TEST_CASE("rmsnorm on cuda matches the cpu reference, output and both gradients", "[rmsnorm][gpu]") {
-  // 7: scalar; 64 to 1000: a warp per row with the row in registers (f32 768, 1000, 1004: a warp with
-  // the row re-read); 1004: packed for f32 only; 2056: a block per row in bf16, the last warp partly
-  // idle (f32: 514 packs, past a block's 512, a warp per row again); 4100 (f32) and 8200 (bf16) too.
+  // 7: scalar; 64: a warp per row with the row in registers; 768 to 2056: row-group blocks (bf16 768:
+  // 96 packs, 5 slots of 96 threads; 1000: 125 packs in 128 threads); 1004: packed for f32 only (bf16
+  // takes the scalar warp kernel); 2056: the last warp partly idle (f32: 514 packs, past a block's
+  // 512, a warp per row re-reading the row); 4100 (f32) and 8200 (bf16) too.
   for (int64_t C : {7, 64, 768, 1000, 1004, 2056, 4100, 8200}) {
     DYNAMIC_SECTION("rows 333 C " << C) {
       auto r = cuda_parity([](const std::vector<Var>& x) { return std::vector<Var>{rmsnorm(x[0], x[1], 1e-5)}; },
@@ -21,11 +22,12 @@ TEST_CASE("rmsnorm on cuda matches the cpu reference, output and both gradients"
   }
 }
 
-// More rows than the backward keeps in flight, so each warp (or block, for 1032 columns: a block per
-// row) sums several rows into its dw sums, and the cross-block reduction has more than 32 partials
-// per column; odd row counts.
+// More rows than the backward keeps in flight, so each warp (or row-group block, for 1032, 1024 and
+// 776 columns) sums several rows into its dw sums, and the cross-block reduction has more than 32
+// partials per column; odd row counts, so the last row group is partly past the end (1024: bf16
+// slots of 2 or 4 rows, 4 slots a block; 776: 97 packs, 128 threads a row, the last 31 idle).
 TEST_CASE("rmsnorm on cuda: many rows, weight gradient over grid-stride rows", "[rmsnorm][gpu]") {
-  for (auto [rows, C] : {std::pair<int64_t, int64_t>{20001, 24}, {20001, 40}, {5001, 1032}}) {
+  for (auto [rows, C] : {std::pair<int64_t, int64_t>{20001, 24}, {20001, 40}, {5001, 1032}, {20001, 1024}, {9003, 776}}) {
     DYNAMIC_SECTION("rows " << rows << " C " << C) {
       auto r = cuda_parity([](const std::vector<Var>& x) { return std::vector<Var>{rmsnorm(x[0], x[1], 1e-5)}; },
                            {random_tensor({rows, C}, 4, DType::f64, 2.0), random_tensor({C}, 5, DType::f64, 0.3, 1.0)});

@@ -33,6 +33,20 @@ TEST_CASE("rope on cuda matches the cpu reference, full and partial rotary, stri
       REQUIRE(r.ok);
     }
   }
+  // The attention shape (16 heads of 64, full rotary) and an odd head count: a thread rotates two
+  // heads with one table load, so 7 heads leave the last slice's second head out.
+  for (int64_t H : {16, 7}) {
+    DYNAMIC_SECTION("D 64 R 64, 2 x 41 tokens, " << H << " heads") {
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            RopeTable tab = rope_table(10000.0, 64, 100, std::nullopt, x[0].device());
+            return std::vector<Var>{rope(x[0], tab, 5)};
+          },
+          {random_tensor({2, 41, H, 64}, 5)});
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
   Tensor qkv = random_tensor({2, 37, 5, 32}, 2, DType::f32);
   Tensor q = qkv.narrow(2, 1, 3);  // a strided view, as from a fused projection
   RopeTable cpu = rope_table(10000.0, 32, 64, std::nullopt, Device::cpu());

@@ -1,0 +1,147 @@
+// Device pieces of the fused bf16 CUDA path of gsa (gsa.md 4.8) that the forward (gsa_fused_forward.cu)
+// and the backward (gsa_fused_backward.cu) share: tile sizes, the chunk gates, state tiles, fragment
+// stores, and the forward's state pass (F1 and the chunk scan), which the backward re-runs (B0).
+// Layouts: states (B, Hkv, NC + 1, K, M) and (B, Hkv, NC + 1, M, V) fp32, slot c = the memory at the start
+// of chunk c (slot NC the final one); decay (B, Hkv, NC, M) = exp(bl) of every chunk.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+
+#include "kernels/chunk_mma.cuh"
+#include "kernels/chunk_ops.h"
+#include "layers/gsa/gsa_fused.h"
+
+namespace hyb::gsa_fused {
+
+using chunk_mma::bf16x;
+using chunk_mma::frag_col;
+using chunk_mma::frag_row;
+using chunk_mma::kC;
+using chunk_mma::pack_bf16;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kMT = 64;              // slot tile: M <= 64, padded slots masked to -inf before the softmax
+constexpr int kLdM = kMT + 8;        // row stride of the bf16 slot tiles
+constexpr int kLdA = kC + 8;         // row stride of the 64 x 64 bf16 score tile
+constexpr int kLdF = kMT + 4;        // row stride of the fp32 gate and write-weight tiles
+constexpr int kSwRows = 16 * 6;      // the fallback's per-warp key-side tiles: 16 w rows for warp w
+constexpr float kRefRange = 60.f;    // gsa.md 4.1 rule 3
+
+struct Dims {
+  int B, T, Hq, Hkv, G, K, V, M, NC;
+};
+
+// Rows t0 .. t0 + 63 of (b, kv head j) of g and s (B, T, Hkv, M) f32 into fp32 [64][kLdF] tiles, zeros
+// past the chunk's n rows and the M slots. Then sB holds b, the inclusive cumsum of g over the chunk's
+// rows (padded rows repeat the last valid one), and, for m < kMT: sLo[m], sHi[m] the least and largest
+// of 0 and b over the valid rows (both optional). Ends with a barrier.
+__device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int n, int M,
+                                           float* sB, float* sS, float* sLo, float* sHi) {
+  for (int x = threadIdx.x; x < kC * kMT; x += kThreads) {
+    const int r = x / kMT, m = x % kMT;
+    const bool in = r < n && m < M;
+    sB[r * kLdF + m] = in ? g[int64_t(r) * row_stride + m] : 0.f;
+    sS[r * kLdF + m] = in ? s[int64_t(r) * row_stride + m] : 0.f;
+  }
+  __syncthreads();
+  if (threadIdx.x < kMT) {
+    const int m = threadIdx.x;
+    float acc = 0.f, lo = 0.f, hi = 0.f;
+#pragma unroll 8
+    for (int r = 0; r < kC; ++r) {
+      acc += sB[r * kLdF + m];
+      sB[r * kLdF + m] = acc;
+      if (r < n) lo = fminf(lo, acc), hi = fmaxf(hi, acc);
+    }
+    if (sLo) sLo[m] = lo, sHi[m] = hi;
+  }
+  __syncthreads();
+}
+
+// An fp32 R x Cc matrix (row-major) into a bf16 [RT][CT] tile of row stride ld, times colscale[c] or
+// rowscale[r] when given; zeros outside R x Cc.
+template <int RT, int CT>
+__device__ __forceinline__ void load_state(bf16x* s, int ld, const float* src, int R, int Cc, const float* rowscale,
+                                           const float* colscale) {
+  for (int x = threadIdx.x; x < RT * CT / 2; x += kThreads) {
+    const int r = x / (CT / 2), c = (x % (CT / 2)) * 2;
+    float v0 = 0.f, v1 = 0.f;
+    if (r < R) {
+      if (c < Cc) v0 = src[int64_t(r) * Cc + c] * (colscale ? colscale[c] : 1.f) * (rowscale ? rowscale[r] : 1.f);
+      if (c + 1 < Cc)
+        v1 = src[int64_t(r) * Cc + c + 1] * (colscale ? colscale[c + 1] : 1.f) * (rowscale ? rowscale[r] : 1.f);
+    }
+    *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack_bf16(v0, v1);
+  }
+}
+
+// The warp's 64 score columns of rows m0 .. m0 + 15 to a bf16 tile: f acc for col <= row, else 0.
+__device__ __forceinline__ void store_tril(bf16x* s, int ld, const float (&acc)[1][kC / 8][4], float f, int m0,
+                                           int lane) {
+#pragma unroll
+  for (int ni = 0; ni < kC / 8; ++ni) {
+    const int r0 = m0 + frag_row(lane, 0), col = ni * 8 + frag_col(lane, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      const float p0 = col <= r ? f * acc[0][ni][2 * h] : 0.f, p1 = col + 1 <= r ? f * acc[0][ni][2 * h + 1] : 0.f;
+      *reinterpret_cast<uint32_t*>(s + r * ld + col) = pack_bf16(p0, p1);
+    }
+  }
+}
+
+// The warp's slot fragment times f(row, slot) to its rows of a bf16 tile.
+template <class F>
+__device__ __forceinline__ void store_slots(bf16x* s, int ld, const float (&acc)[1][kMT / 8][4], int m0, int lane,
+                                            F f) {
+#pragma unroll
+  for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
+      *reinterpret_cast<uint32_t*>(s + r * ld + col) =
+          pack_bf16(acc[0][ni][2 * h] * f(r, col), acc[0][ni][2 * h + 1] * f(r, col + 1));
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int lane, const float* sB, const float* ref,
+                                           float f) {
+#pragma unroll
+  for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+      acc[0][ni][e] *= f * __expf(sB[r * kLdF + m] - (ref ? ref[m] : 0.f));
+    }
+}
+
+// Calls f with the tile widths of K and V.
+template <typename F>
+void visit_tiles(int64_t K, int64_t V, F&& f) {
+  if (K <= 64 && V <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
+  if (K <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
+  if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
+}
+
+struct States {
+  ChunkBuffer Hk, Hv;
+  Tensor decay;
+};
+// F1 and the chunk scan: every chunk-start memory, the final ones in slot NC. k, v: rows16 bf16; s, g,
+// Hk0, Hv0: contiguous f32 (the initial memories may be undefined: zeros).
+States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
+                      const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream);
+
+// The chunk scan over states (B Hkv, NC + 1, ...) with slot-wise factors decay: forward, slot c + 1 +=
+// decay_c slot c; reverse, slot c += decay_c slot c + 1. cols: K for Hk (decay along the columns), V for
+// Hv (along the rows).
+void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
+                cudaStream_t stream);
+
+// Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims.
+size_t backward_smem_bytes(int64_t K, int64_t V);
+
+}  // namespace hyb::gsa_fused

@@ -1,0 +1,27 @@
+// The fused bf16 CUDA path of the gsa op (gsa.md 4.8): tensor-core kernels per chunk of 64 tokens, the
+// forward F1 + F2 (gsa_fused_forward.cu) and the backward B0..B3 (gsa_fused_backward.cu). The forward
+// returns the slot-softmax log normaliser lse (saved in GsaSaved), from which the backward rebuilds P.
+// Taken for bf16 q, k, v on CUDA with K, V <= 128 (multiples of 8) and M <= 64, any GQA group;
+// HYBRID_GSA_FUSED=0 turns it off (A/B timing, bisecting a mismatch).
+//   if (gsa_fused_supported(q, d)) { GsaFusedOut y = gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale); }
+//   GsaGrads gr = gsa_backward_fused(saved, dout, dHk, dHv, needed);
+#pragma once
+#include "layers/gsa/gsa_op.h"
+
+namespace hyb {
+
+struct GsaFusedOut {
+  Tensor o;       // (B, T, Hq, V) bf16
+  Tensor Hk, Hv;  // final memories (B, Hkv, K, M), (B, Hkv, M, V) f32
+  Tensor lse;     // (B, T, Hq) f32: max_m z + log sum_m exp(z - max_m z) of every row
+};
+
+bool gsa_fused_supported(const Tensor& q, const GsaDims& d);
+GsaFusedOut gsa_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
+                              const Tensor& Hk0, const Tensor& Hv0, double scale);
+// dq, dk, dv in bf16, ds, dg and the initial-memory gradients in f32. saved.lse: the fused forward's (if
+// undefined, the forward runs again for it). dHk, dHv: final-memory gradients (f32) or undefined.
+GsaGrads gsa_backward_fused(const GsaSaved& saved, const Tensor& dout, const Tensor& dHk, const Tensor& dHv,
+                            GradMask needed);
+
+}  // namespace hyb

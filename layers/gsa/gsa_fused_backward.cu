@@ -1,0 +1,527 @@
+// The fused bf16 CUDA backward of gsa (gsa.md 4.3, 4.8 B0..B3; gsa_fused.h), one CTA per (chunk, b, kv
+// head) walking the G query heads of the group, so k, v, s, g and the memories are loaded once:
+//   B0 forward_states (F1 and the chunk scan again): HkS, HvS for every chunk.
+//   B1 gsa_backward_kernel<kLocal>: rebuild Z (as F2), P = exp(Z - lse), dP, dZ; the chunk's read
+//      increments Uv = sum_h (P .* Dec)^T dO and Uk = scale sum_h Q^T (dZ .* Dec) into slot c of Dv, Dk.
+//   B2 the reverse chunk scan: slot c += exp(bl_c) slot c + 1 from slot NC = the final-memory gradient, so
+//      slot c + 1 = dHkE, dHvE of chunk c and slot 0 = dHk0, dHv0.
+//   B3 gsa_backward_kernel<!kLocal>: the same rebuild, then per head dA1, A2 and dQ; the group sums dKc,
+//      dVc, dS (intra: A1^T (dZ .* E) + dA2^T (P .* E); inter: Rem .* (Vc dHvE^T + Kc dHkE) and
+//      (S .* Rem) dHvE, (S .* Rem) dHkE^T), and dG = the chunk-local reverse cumsum of
+//      sum_h (Z .* dZ + P .* dP) - S .* dS plus the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) (gsa.md 4.3).
+// The gated products use F2's mid reference on chunks within the decay guard (Pe = P .* exp(b - ref),
+// dZe = dZ .* exp(b - ref), Sp = S .* exp(ref - b), memories pre-scaled by exp(ref)); other chunks run
+// them elementwise in fp32 over all pairs j <= i (one exp per term), with ref = 0 for the inter terms;
+// the two paths are two instantiations of the chunk body, chosen per chunk.
+// dG is a small remainder of terms that cancel in pairs, so dB takes P, dZ and S as the products saw
+// them (bf16-rounded) and the tail the tiles' bf16 dH: each pair then cancels with one rounding.
+// Work at K = V = M = 64 per token and kv head (gsa.md 4.6 units): B0 2; B1 per query head 6 (A1, Q HkS,
+// A1 Sp, dO Vc^T, dO HvS^T, dA2 Sp) + 2 (Uv, Uk); B3 per query head 6 + 2 (dA1, A2) + 2 (dQ) + 4 (dVc,
+// dKc, dS intra x2) and 4 once (dS inter x2, dVc, dKc inter): 28 units, about 120 GFLOP at the reference
+// shape (B1 and B3 both rebuild Z, P, dP, dZ: the split form of 4.6). Bytes there: B0 as F1 + scan
+// (~1.1 GB), B1 reads q k v dO s g lse and the fp32 states (~0.7 GB) and writes U (268 MB), B2 reads and
+// writes U (537 MB), B3 reads ~1 GB and writes dq dk dv (bf16) ds dg (fp32) 470 MB.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_stream.h"
+#include "layers/gsa/gsa_fused.cuh"
+
+namespace hyb {
+namespace gsa_fused {
+namespace {
+
+using chunk_mma::bp;
+using chunk_mma::bp_mut;
+using chunk_mma::load_rows;
+using chunk_mma::rows16;
+using chunk_mma::set_smem;
+using chunk_mma::warp_mma;
+using chunk_mma::zero;
+
+__device__ __forceinline__ float bf(bf16x x) { return __bfloat162float(x); }
+__device__ __forceinline__ float rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Fallback forms, fp32, over the warp's fragment (rows m0 .. m0 + 15).
+// acc[i][m] += sum_{j <= i} A[i][j] exp(b_i[m] - b_j[m]) S[j][m]
+__device__ __forceinline__ void ew_rows(float (&acc)[1][kMT / 8][4], const bf16x* A, const float* sB, const float* sS,
+                                        int m0, int lane) {
+#pragma unroll
+  for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+      const float br = sB[r * kLdF + m];
+      float x = 0.f;
+      for (int j = 0; j <= r; ++j) x += bf(A[r * kLdA + j]) * __expf(br - sB[j * kLdF + m]) * sS[j * kLdF + m];
+      acc[0][ni][e] += x;
+    }
+}
+
+// acc[i][j] = sum_m X[i][m] exp(b_i[m] - b_j[m]) S[j][m] for j <= i, else 0
+__device__ __forceinline__ void ew_cols(float (&acc)[1][kC / 8][4], const bf16x* X, const float* sB, const float* sS,
+                                        int m0, int lane) {
+#pragma unroll
+  for (int ni = 0; ni < kC / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + frag_row(lane, e), j = ni * 8 + frag_col(lane, e);
+      float x = 0.f;
+      if (j <= r)
+        for (int m = 0; m < kMT; ++m)
+          x += bf(X[r * kLdM + m]) * __expf(sB[r * kLdF + m] - sB[j * kLdF + m]) * sS[j * kLdF + m];
+      acc[0][ni][e] = x;
+    }
+}
+
+// acc[j][m] += sum_{i >= j} (A[i][j] X[i][m] + A2[i][j] X2[i][m]) exp(b_i[m] - b_j[m]), rows j of the warp
+__device__ __forceinline__ void ew_trows(float (&acc)[1][kMT / 8][4], const bf16x* A, const bf16x* X, const bf16x* A2,
+                                         const bf16x* X2, const float* sB, int m0, int lane) {
+#pragma unroll
+  for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+      const float bj = sB[j * kLdF + m];
+      float x = 0.f;
+      for (int i = j; i < kC; ++i)
+        x += (bf(A[i * kLdA + j]) * bf(X[i * kLdM + m]) + bf(A2[i * kLdA + j]) * bf(X2[i * kLdM + m])) *
+             __expf(sB[i * kLdF + m] - bj);
+      acc[0][ni][e] += x;
+    }
+}
+
+struct BackwardArgs {
+  const bf16x *q, *k, *v, *dout;
+  const float *s, *g, *lse;
+  const float *Hk, *Hv;  // forward states, slot c = the start of chunk c
+  float *Dk, *Dv;        // kLocal: slot c gets the chunk's increments; else slot c + 1 = dHkE, dHvE of chunk c
+  bf16x *dq, *dk, *dv;
+  float *ds, *dg;
+  float scale;
+};
+
+// bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them.
+template <int KT, int VT>
+constexpr int backward_tile_elems() {
+  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdM + 4 * kC * kLdA + 2 * kC * kLdM;
+}
+
+// The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
+// takes the fast path.
+template <int KT, int VT>
+__device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT>());
+  float* sS = sB + kC * kLdF;
+  float* sRef = sS + kC * kLdF;
+  float* sSc = sRef + kMT;
+  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
+  const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
+  load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sSc);
+  float range = 0.f;
+  for (int m = 0; m < kMT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
+  return range <= kRefRange;  // false for NaN gates too
+}
+
+// The body of B1 (kLocal) and B3 for one chunk after chunk_guard, the path a template argument so
+// that the fallback's registers do not weigh on the fast path.
+template <int KT, int VT, bool kLocal, bool kFast>
+__device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
+  constexpr bool fast = kFast;
+  bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
+  bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
+  bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
+  bf16x* sDO = sV + kC * (VT + 8);              // [64][VT + 8]
+  bf16x* sHk = sDO + kC * (VT + 8);             // [KT][kLdM]   HkS .*c exp(ref), at the end dHkE
+  bf16x* sHv = sHk + KT * kLdM;                 // [kMT][VT + 8] exp(ref) .*r HvS, at the end dHvE
+  bf16x* sSp = sHv + kMT * (VT + 8);            // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
+  bf16x* sA1 = sSp + kC * kLdM;                 // [64][kLdA] x 4: A1, dA2, A2, dA1
+  bf16x* sdA2 = sA1 + kC * kLdA;
+  bf16x* sA2 = sdA2 + kC * kLdA;
+  bf16x* sdA1 = sA2 + kC * kLdA;
+  bf16x* sPe = sdA1 + kC * kLdA;                // [64][kLdM] Pe (B3 fallback: dZ)
+  bf16x* sdZe = sPe + kC * kLdM;                // [64][kLdM] dZe
+  bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
+  bf16x* sdZ = sPe;
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT>());  // [64][kLdF] b
+  float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
+  float* sRef = sS + kC * kLdF;                           // [kMT]
+  float* sSc = sRef + kMT;                                // [kMT] exp(ref)
+  float* sL = sSc + kMT;                                  // [64] lse of the head's rows
+  float* sTail = sL + kC;                                 // [kMT]
+  float4* sDB = reinterpret_cast<float4*>(sTail + kMT);   // [kWarps][kMT / 8][32] dB, fragment order
+  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
+                              nullptr);
+  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
+                              nullptr);
+  __syncthreads();  // every thread has read the range
+  if (threadIdx.x < kMT) {
+    const int m = threadIdx.x;
+    const float ref = fast ? 0.5f * (sRef[m] + sSc[m]) : 0.f;
+    sRef[m] = ref;
+    sSc[m] = __expf(ref);
+  }
+  __syncthreads();
+  const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V;
+  load_state<KT, kMT>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM, d.K, d.M, nullptr, sSc);
+  load_state<kMT, VT>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV, d.M, d.V, sSc, nullptr);
+  if constexpr (fast)
+    for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
+      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+      const float* br = sB + r * kLdF;
+      const float* sr = sS + r * kLdF;
+      *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
+          pack_bf16(sr[m] * __expf(sRef[m] - br[m]), sr[m + 1] * __expf(sRef[m + 1] - br[m + 1]));
+    }
+  auto ei = [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); };
+  auto one = [](int, int) { return 1.f; };
+
+  constexpr int UT = KT / 64;  // 16-row tiles of Uk per warp
+  float dVa[1][VT / 8][4], dKa[1][KT / 8][4], dSa[1][kMT / 8][4];  // group sums, the warp's rows
+  float4* myDB = sDB + warp * (kMT / 8) * 32 + lane;  // dB of the warp's rows, lives in shared memory
+  // between heads to spare registers
+  float Uk[UT][kMT / 8][4], Uv[1][VT / 8][4];
+  if constexpr (kLocal) {
+    zero(Uk);
+    zero(Uv);
+  } else {
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni) myDB[ni * 32] = make_float4(0.f, 0.f, 0.f, 0.f);
+    zero(dVa);
+    zero(dKa);
+    zero(dSa);
+  }
+  for (int hi = 0; hi < d.G; ++hi) {
+    const int h = j * d.G + hi;
+    __syncthreads();  // the previous head is done with every tile (the first: the memory tiles are written)
+    load_rows<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                                nullptr);
+    load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T, d.V,
+                                nullptr);
+    for (int x = threadIdx.x; x < kC; x += kThreads) sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    __syncthreads();
+    {
+      float x[1][kC / 8][4];
+      zero(x);
+      warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+      store_tril(sA1, kLdA, x, a.scale, m0, lane);
+      zero(x);
+      warp_mma<1, kC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
+      store_tril(sdA2, kLdA, x, 1.f, m0, lane);
+    }
+    __syncwarp();
+    float z[1][kMT / 8][4], dp[1][kMT / 8][4];
+    zero(z);
+    warp_mma<1, kMT / 8, KT, false, false>(z, sQ, KT + 8, m0, sHk, kLdM, 0, lane);
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
+    zero(dp);
+    warp_mma<1, kMT / 8, VT, false, true>(dp, sDO, VT + 8, m0, sHv, VT + 8, 0, lane);
+    if constexpr (fast)
+      for (int k0 = 0; k0 <= m0; k0 += 16) {
+        warp_mma<1, kMT / 8, 16, false, false>(z, sA1 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, 0, lane);
+        warp_mma<1, kMT / 8, 16, false, false>(dp, sdA2 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, 0, lane);
+      }
+    scale_rows(z, m0, lane, sB, sRef, 1.f);
+    scale_rows(dp, m0, lane, sB, sRef, 1.f);
+    if constexpr (!fast) {
+      ew_rows(z, sA1, sB, sS, m0, lane);
+      ew_rows(dp, sdA2, sB, sS, m0, lane);
+    }
+    // P = exp(Z - lse) (0 on padded slots), delta = rowsum(P .* dP), dZ = P .* (dP - delta); then z holds
+    // dZ and dp holds P.
+    float delta[2] = {0.f, 0.f};
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+        delta[e / 2] += (m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f) * dp[0][ni][e];
+      }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 1);
+      delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 2);
+    }
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+        const float p = m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
+        // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
+        // terms of Z .* dZ + P .* dP and S .* dS cancel to well below either, and only cancel with one
+        // rounding on both sides.
+        const float f = fast ? ei(r, m) : 1.f;
+        x[e] = z[0][ni][e] * (rounded(dz * f) / f) + (rounded(p * f) / f) * dp[0][ni][e];
+        z[0][ni][e] = dz;
+        dp[0][ni][e] = p;
+      }
+      if constexpr (!kLocal) {
+        float4 acc = myDB[ni * 32];
+        acc.x += x[0], acc.y += x[1], acc.z += x[2], acc.w += x[3];
+        myDB[ni * 32] = acc;
+      }
+    }
+    if (kLocal || fast) store_slots(sPe, kLdM, dp, m0, lane, ei);
+    store_slots(sdZe, kLdM, z, m0, lane, ei);
+    if constexpr (kLocal) {
+      __syncthreads();
+      warp_mma<1, VT / 8, kC, true, false>(Uv, sPe, kLdM, m0, sDO, VT + 8, 0, lane);
+      warp_mma<UT, kMT / 8, kC, true, false>(Uk, sQ, KT + 8, warp * 16 * UT, sdZe, kLdM, 0, lane);
+      continue;
+    } else {
+      if constexpr (!fast) {
+        store_slots(sP, kLdM, dp, m0, lane, one);
+        store_slots(sdZ, kLdM, z, m0, lane, one);
+      }
+      __syncwarp();
+      {
+        float x[1][kC / 8][4];
+        if constexpr (fast) {
+          zero(x);
+          warp_mma<1, kC / 8, kMT, false, true>(x, sdZe, kLdM, m0, sSp, kLdM, 0, lane);
+        } else {
+          ew_cols(x, sdZ, sB, sS, m0, lane);
+        }
+        store_tril(sdA1, kLdA, x, 1.f, m0, lane);
+        if constexpr (fast) {
+          zero(x);
+          warp_mma<1, kC / 8, kMT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, 0, lane);
+        } else {
+          ew_cols(x, sP, sB, sS, m0, lane);
+        }
+        store_tril(sA2, kLdA, x, 1.f, m0, lane);
+      }
+      __syncwarp();
+      {  // dQ = scale (dZe HkS'^T + dA1 Kc)
+        float x[1][KT / 8][4];
+        zero(x);
+        warp_mma<1, KT / 8, kMT, false, true>(x, sdZe, kLdM, m0, sHk, kLdM, 0, lane);
+        for (int k0 = 0; k0 <= m0; k0 += 16)
+          warp_mma<1, KT / 8, 16, false, false>(x, sdA1 + k0, kLdA, m0, sK + k0 * (KT + 8), KT + 8, 0, lane);
+        bf16x* dqb = a.dq + (int64_t(b) * d.T * d.Hq + h) * d.K;
+#pragma unroll
+        for (int ni = 0; ni < KT / 8; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {
+            const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+            if (r < n && col < d.K)
+              *reinterpret_cast<uint32_t*>(dqb + int64_t(t0 + r) * d.Hq * d.K + col) =
+                  pack_bf16(a.scale * x[0][ni][e], a.scale * x[0][ni][e + 1]);
+          }
+      }
+      __syncthreads();  // every warp's rows of the score and slot tiles
+      for (int k0 = m0; k0 < kC; k0 += 16) {  // the rows i >= j of the transposed products
+        warp_mma<1, VT / 8, 16, true, false>(dVa, sA2 + k0 * kLdA, kLdA, m0, sDO + k0 * (VT + 8), VT + 8, 0, lane);
+        warp_mma<1, KT / 8, 16, true, false>(dKa, sdA1 + k0 * kLdA, kLdA, m0, sQ + k0 * (KT + 8), KT + 8, 0, lane);
+        if constexpr (fast) {
+          warp_mma<1, kMT / 8, 16, true, false>(dSa, sA1 + k0 * kLdA, kLdA, m0, sdZe + k0 * kLdM, kLdM, 0, lane);
+          warp_mma<1, kMT / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, 0, lane);
+        }
+      }
+      if constexpr (!fast) ew_trows(dSa, sA1, sdZ, sdA2, sP, sB, m0, lane);
+    }
+  }
+
+  if constexpr (kLocal) {
+    float* uk = a.Dk + (int64_t(bj) * (d.NC + 1) + c) * KM;
+    float* uv = a.Dv + (int64_t(bj) * (d.NC + 1) + c) * MV;
+#pragma unroll
+    for (int mi = 0; mi < UT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = warp * 16 * UT + mi * 16 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          if (r < d.K && m < d.M) uk[int64_t(r) * d.M + m] = a.scale * Uk[mi][ni][e] * sSc[m];
+        }
+#pragma unroll
+    for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int m = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (m < d.M && col < d.V) uv[int64_t(m) * d.V + col] = Uv[0][ni][e] * sSc[m];
+      }
+  } else {
+    __syncthreads();  // done with the memory tiles and Sp
+    const float* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
+    const float* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
+    load_state<KT, kMT>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
+    load_state<kMT, VT>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
+    const float* bl = sB + (n - 1) * kLdF;
+    for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
+      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+      const float* br = sB + r * kLdF;
+      const float* sr = sS + r * kLdF;
+      *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
+          pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
+    }
+    __syncthreads();
+    if (threadIdx.x < d.M) {  // the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with dH as rounded in
+      const int m = threadIdx.x;  // the tiles (so that it cancels the inter part of S .* dS in dG)
+      const float* HkE = a.Hk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
+      const float* HvE = a.Hv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
+      float t = 0.f;
+      for (int kk = 0; kk < d.K; ++kk) t += HkE[int64_t(kk) * d.M + m] * bf(sHk[kk * kLdM + m]);
+      for (int vv = 0; vv < d.V; ++vv) t += HvE[int64_t(m) * d.V + vv] * bf(sHv[m * (VT + 8) + vv]);
+      sTail[m] = t;
+    }
+    // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
+    // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem): the pairs of the
+    // chunk's rows and the chunk's share of the tail then cancel in dG's reverse cumsum with one
+    // rounding on both sides, which keeps dG accurate when it is small against those terms.
+    {
+      float t[1][kMT / 8][4];
+      zero(t);
+      warp_mma<1, kMT / 8, VT, false, true>(t, sV, VT + 8, m0, sHv, VT + 8, 0, lane);
+      warp_mma<1, kMT / 8, KT, false, false>(t, sK, KT + 8, m0, sHk, kLdM, 0, lane);
+#pragma unroll
+      for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          const float br = sB[r * kLdF + m], sv = sS[r * kLdF + m];
+          const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
+          dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + bf(sSp[r * kLdM + m]) * t[0][ni][e];  // S .* dS
+          sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
+        }
+    }
+    warp_mma<1, VT / 8, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, 0, lane);
+#pragma unroll
+    for (int ni = 0; ni < KT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dKa[0][ni][e] *= a.scale;
+    warp_mma<1, KT / 8, kMT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, 0, lane);
+    const int64_t tok = int64_t(b) * d.T + t0;
+#pragma unroll
+    for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (r < n && col < d.V)
+          *reinterpret_cast<uint32_t*>(a.dv + ((tok + r) * d.Hkv + j) * d.V + col) =
+              pack_bf16(dVa[0][ni][e], dVa[0][ni][e + 1]);
+      }
+#pragma unroll
+    for (int ni = 0; ni < KT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (r < n && col < d.K)
+          *reinterpret_cast<uint32_t*>(a.dk + ((tok + r) * d.Hkv + j) * d.K + col) =
+              pack_bf16(dKa[0][ni][e], dKa[0][ni][e + 1]);
+      }
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+        if (r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
+        sS[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];  // dB
+      }
+    __syncthreads();
+    if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
+      const int m = threadIdx.x;
+      float acc = sTail[m];
+      for (int r = n - 1; r >= 0; --r) {
+        acc += sS[r * kLdF + m];
+        a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
+      }
+    }
+  }
+}
+
+// B1 (kLocal) and B3. Grid (NC, B Hkv).
+template <int KT, int VT, bool kLocal>
+__global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  if (chunk_guard<KT, VT>(a, d, smem))
+    backward_chunk<KT, VT, kLocal, true>(a, d, smem);
+  else
+    backward_chunk<KT, VT, kLocal, false>(a, d, smem);
+}
+
+template <int KT, int VT>
+size_t backward_smem() {
+  const size_t tiles = size_t(backward_tile_elems<KT, VT>()) * 2;
+  return tiles + size_t(2 * kC * kLdF + 3 * kMT + kC + kThreads * kMT / 2) * sizeof(float);
+}
+
+}  // namespace
+
+size_t backward_smem_bytes(int64_t K, int64_t V) {
+  size_t r = 0;
+  visit_tiles(K, V, [&](auto kt, auto vt) { r = backward_smem<decltype(kt)::value, decltype(vt)::value>(); });
+  return r;
+}
+
+}  // namespace gsa_fused
+
+using namespace gsa_fused;
+
+GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tensor& dHk, const Tensor& dHv,
+                            GradMask needed) {
+  const GsaDims gd = gsa_dims("gsa_backward", sv.q, sv.k, sv.v, sv.s, sv.g, sv.Hk0, sv.Hv0);
+  const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
+  const Tensor s = sv.s.contiguous(), g = sv.g.contiguous();
+  const Tensor Hk0 = sv.Hk0.defined() ? sv.Hk0.contiguous() : Tensor();
+  const Tensor Hv0 = sv.Hv0.defined() ? sv.Hv0.contiguous() : Tensor();
+  const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(gd.K));
+  const Tensor lse = (sv.lse.defined() ? sv.lse : gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale).lse).contiguous();
+  const Device dev = q.device();
+  const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.Hkv, dev);
+  const Dims d{int(gd.B), int(gd.T), int(gd.Hq), int(gd.Hkv), int(gd.group), int(gd.K), int(gd.V), int(gd.M), int(cd.NC)};
+  cudaStream_t stream = current_stream(dev.index);
+  const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);  // B0
+  const ChunkBuffer Dk(cd, cd.NC + 1, gd.K, gd.M), Dv(cd, cd.NC + 1, gd.M, gd.V);
+  chunk_slot_load(Dk, cd.NC, dHk.defined() ? dHk.contiguous() : Tensor());
+  chunk_slot_load(Dv, cd.NC, dHv.defined() ? dHv.contiguous() : Tensor());
+  GsaGrads r;
+  r.dq = Tensor::empty(sv.q.shape(), DType::bf16, dev);
+  r.dk = Tensor::empty(sv.k.shape(), DType::bf16, dev);
+  r.dv = Tensor::empty(sv.v.shape(), DType::bf16, dev);
+  r.ds = Tensor::empty(sv.s.shape(), DType::f32, dev);
+  r.dg = Tensor::empty(sv.g.shape(), DType::f32, dev);
+  BackwardArgs a{bp(q),       bp(k),       bp(v),        bp(dout),    s.data<float>(), g.data<float>(),
+                 lse.data<float>(), st.Hk.data(), st.Hv.data(), Dk.data(), Dv.data(),    bp_mut(r.dq),
+                 bp_mut(r.dk), bp_mut(r.dv), r.ds.data<float>(), r.dg.data<float>(), float(scale)};
+  const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const size_t smem = backward_smem<KT, VT>();
+    set_smem(gsa_backward_kernel<KT, VT, true>, smem);
+    gsa_backward_kernel<KT, VT, true><<<grid, kThreads, smem, stream>>>(a, d);  // B1
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kThreads, smem);
+    state_scan(Dk, st.decay, d, false, true, stream);  // B2
+    state_scan(Dv, st.decay, d, true, true, stream);
+    set_smem(gsa_backward_kernel<KT, VT, false>, smem);
+    gsa_backward_kernel<KT, VT, false><<<grid, kThreads, smem, stream>>>(a, d);  // B3
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kThreads, smem);
+  });
+  if (Hk0.defined()) {
+    r.dHk0 = Tensor::empty(Hk0.shape(), DType::f32, dev);
+    r.dHv0 = Tensor::empty(Hv0.shape(), DType::f32, dev);
+    chunk_slot_store(r.dHk0, Dk, 0);
+    chunk_slot_store(r.dHv0, Dv, 0);
+  }
+  GsaGrads out;
+  if (needed[0]) out.dq = r.dq;
+  if (needed[1]) out.dk = r.dk;
+  if (needed[2]) out.dv = r.dv;
+  if (needed[3]) out.ds = r.ds;
+  if (needed[4]) out.dg = r.dg;
+  if (needed[5]) out.dHk0 = r.dHk0;
+  if (needed[6]) out.dHv0 = r.dHv0;
+  return out;
+}
+
+}  // namespace hyb

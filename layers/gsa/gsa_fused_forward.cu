@@ -1,0 +1,468 @@
+// The fused bf16 CUDA forward of gsa (gsa.md 4.8 F1, F2; gsa_fused.h): per (b, head, chunk of 64
+// tokens) tensor-core kernels (mma.sync m16n8k16 through chunk_mma.cuh, bf16 operands in shared
+// memory, fp32 accumulation), with an fp32 elementwise scan over the chunks in between.
+//   F1 gsa_forward_state_kernel, grid (NC, B Hkv): b = chunk-local cumsum of g (fp32), SR = S .* Rem,
+//      the increments Kc^T SR (K x M) and SR^T Vc (M x V) into state slot c + 1, and exp(bl).
+//   scan gsa_state_scan_kernel: slot c + 1 += exp(bl_c) (.*c for Hk, .*r for Hv) slot c, fp32, so slot c
+//      is the memory at the start of chunk c and slot NC the final one.
+//   F2 gsa_forward_output_kernel, grid (NC, B Hq): A1 = scale tril(Q Kc^T), Z = scale (Q HkS) .* Dec + Zi,
+//      the slot softmax in registers (a row's slots live in one lane quad), lse, A2 and
+//      O = (P .* Dec) HvS + A2 Vc.
+// Gated products (gsa.md 4.1 rule 3). Fast path, when the chunk's decay range max_m (max_i b - min_i b,
+// over its rows and the chunk start) is at most 60: one reference ref[m] = the middle of that range, so
+// exp(b_i - b_j) = exp(b_i - ref) exp(ref - b_j) with both factors in [e^-30, e^30], and
+//   Z  = exp(b_i - ref) .* (scale Q (HkS .*c exp(ref)) + A1 Sp),        Sp = S .* exp(ref - b_j)
+//   A2 = tril(Pe Sp^T),  O = Pe (exp(ref) .*r HvS) + A2 Vc,              Pe = P .* exp(b_i - ref)
+// are plain products (no exp per pair). Otherwise FLA's sub-block scheme: warp w owns rows [16w, 16w + 16);
+// the blocks before them use the reference row 16w (Sw = S .* exp(b_16w - b_j), both factors <= 1), the
+// 16 x 16 diagonal block is summed elementwise in fp32 (one exp per (i, j, m)).
+// Work at K = V = M = 64 per token and head (gsa.md 4.6 units: 64 x 64 MAC = 8192 FLOP): F1 2 units per
+// kv head (tensor cores); F2 6 units per query head (A1, Q HkS, A1 Sp over the causal k-blocks only,
+// A2, Pe HvS, A2 Vc); 8 in all, 34 GFLOP at B T = 32768, H 16. Bytes there: F1 reads k v (bf16) s g
+// (f32) 336 MB and writes the fp32 increments 268 MB; the scan reads and writes them (537 MB); F2 reads
+// q k v s g 403 MB and the fp32 states 268 MB and writes o and lse 69 MB: about 1.9 GB, ~0.63 ms at
+// 3 TB/s (the design of 4.8 with bf16 states in one scanning kernel moves ~0.7 GB).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_stream.h"
+#include "layers/gsa/gsa_fused.cuh"
+
+namespace hyb {
+namespace gsa_fused {
+namespace {
+
+using chunk_mma::bp;
+using chunk_mma::bp_mut;
+using chunk_mma::load_rows;
+using chunk_mma::max_smem;
+using chunk_mma::rows16;
+using chunk_mma::set_smem;
+using chunk_mma::warp_mma;
+using chunk_mma::zero;
+
+// F1. Grid (NC, B Hkv). inc_k (B Hkv, NC + 1, K, M) and inc_v (B Hkv, NC + 1, M, V) get the chunk's
+// increments in slot c + 1; decay (B Hkv, NC, M) = exp(bl).
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x* __restrict__ k,
+                                                                     const bf16x* __restrict__ v,
+                                                                     const float* __restrict__ s,
+                                                                     const float* __restrict__ g,
+                                                                     float* __restrict__ inc_k,
+                                                                     float* __restrict__ inc_v,
+                                                                     float* __restrict__ decay, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sK = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
+  bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
+  bf16x* sSR = sV + kC * (VT + 8);              // [64][kLdM]  S .* Rem
+  float* sB = reinterpret_cast<float*>(sSR + kC * kLdM);
+  float* sS = sB + kC * kLdF;
+  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
+  const int64_t gs_row = int64_t(d.Hkv) * d.M, gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
+  load_rows<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
+                              nullptr);
+  load_rows<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
+                              nullptr);
+  load_gates(g + gs_off, s + gs_off, gs_row, n, d.M, sB, sS, nullptr, nullptr);
+  const float* bl = sB + (n - 1) * kLdF;
+  for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
+    const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+    const float* br = sB + r * kLdF;
+    const float* sr = sS + r * kLdF;
+    *reinterpret_cast<uint32_t*>(sSR + r * kLdM + m) =
+        pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
+  }
+  if (threadIdx.x < d.M) decay[(int64_t(bj) * d.NC + c) * d.M + threadIdx.x] = __expf(bl[threadIdx.x]);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  {  // Kc^T SR: warps split the KT rows
+    constexpr int MT = KT / 64;
+    const int m0 = warp * 16 * MT;
+    float acc[MT][kMT / 8][4];
+    zero(acc);
+    warp_mma<MT, kMT / 8, kC, true, false>(acc, sK, KT + 8, m0, sSR, kLdM, 0, lane);
+    float* o = inc_k + (int64_t(bj) * (d.NC + 1) + c + 1) * d.K * d.M;
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + mi * 16 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+          if (r < d.K && col < d.M) o[int64_t(r) * d.M + col] = acc[mi][ni][e];
+        }
+  }
+  {  // SR^T Vc: warps split the 64 slot rows
+    const int m0 = warp * 16;
+    float acc[1][VT / 8][4];
+    zero(acc);
+    warp_mma<1, VT / 8, kC, true, false>(acc, sSR, kLdM, m0, sV, VT + 8, 0, lane);
+    float* o = inc_v + (int64_t(bj) * (d.NC + 1) + c + 1) * d.M * d.V;
+#pragma unroll
+    for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (r < d.M && col < d.V) o[int64_t(r) * d.V + col] = acc[0][ni][e];
+      }
+  }
+}
+
+// states (BH, NC + 1, P) with P = rows x cols of one memory, sequential over chunks in fp32: forward,
+// slot c + 1 += decay_c[m] slot c (c = 0 .. NC-1); kReverse, slot c += decay_c[m] slot c + 1 (c = NC-1
+// .. 0); m = the column (Hk, K x M) or, kSlotRows, the row (Hv, M x V) of the element. One thread per
+// element; the slots of kAhead chunks are loaded before the dependent updates.
+template <bool kSlotRows, bool kReverse>
+__global__ void __launch_bounds__(256) gsa_state_scan_kernel(float* __restrict__ states,
+                                                             const float* __restrict__ decay, int64_t BH, int NC,
+                                                             int cols, int M) {
+  constexpr int kAhead = 8;
+  const int64_t P = int64_t(cols) * M;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= BH * P) return;
+  const int64_t bh = i / P, e = i % P;
+  const int m = int(kSlotRows ? e / cols : e % M);
+  float* st = states + bh * (NC + 1) * P + e;
+  const float* dc = decay + bh * NC * M + m;
+  float acc = st[kReverse ? int64_t(NC) * P : 0];
+  for (int step0 = 0; step0 < NC; step0 += kAhead) {
+    float x[kAhead], a[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int step = step0 + u, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) x[u] = st[int64_t(kReverse ? c : c + 1) * P], a[u] = dc[int64_t(c) * M];
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int step = step0 + u, c = kReverse ? NC - 1 - step : step;
+      if (step < NC) {
+        acc = x[u] + a[u] * acc;
+        st[int64_t(kReverse ? c : c + 1) * P] = acc;
+      }
+    }
+  }
+}
+
+struct ForwardArgs {
+  const bf16x *q, *k, *v;
+  const float *s, *g;
+  const float *Hk, *Hv;  // states (B Hkv, NC + 1, K, M), (B Hkv, NC + 1, M, V): slot c = the chunk start
+  bf16x* o;
+  float* lse;
+  float scale;
+};
+
+// F2. Grid (NC, B Hq).
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArgs a, Dims d) {
+  static_assert(KT >= kMT, "the P tile reuses the rows of the Q tile");
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]; later P-side operands, row stride KT + 8
+  bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
+  bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
+  bf16x* sHk = sV + kC * (VT + 8);              // [KT][kLdM]
+  bf16x* sHv = sHk + KT * kLdM;                 // [kMT][VT + 8]
+  bf16x* sA = sHv + kMT * (VT + 8);             // [64][kLdA]  A1, then A2
+  bf16x* sSw = sA + kC * kLdA;                  // [kSwRows][kLdM]: Sp (fast) or the per-warp Sw (fallback)
+  float* sB = reinterpret_cast<float*>(sSw + kSwRows * kLdM);  // [64][kLdF]
+  float* sS = sB + kC * kLdF;                                  // [64][kLdF]
+  float* sRef = sS + kC * kLdF;                                // [kMT] (sLo, then the reference)
+  float* sHi = sRef + kMT;                                     // [kMT] (sHi, then the scale exp(ref))
+  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq, j = h / d.G, t0 = c * kC;
+  const int n = min(kC, d.T - t0), bj = b * d.Hkv + j;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  load_rows<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                              nullptr);
+  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
+                              nullptr);
+  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
+                              nullptr);
+  const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
+  load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sHi);
+  float range = 0.f;
+  for (int m = 0; m < kMT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
+  const bool fast = range <= kRefRange;  // false for NaN gates too
+  __syncthreads();                       // every thread has read the range
+  if (threadIdx.x < kMT) {
+    const int m = threadIdx.x;
+    const float ref = fast ? 0.5f * (sRef[m] + sHi[m]) : 0.f;
+    sRef[m] = ref;
+    sHi[m] = __expf(ref);
+  }
+  __syncthreads();
+  load_state<KT, kMT>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M, nullptr, sHi);
+  load_state<kMT, VT>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V, sHi, nullptr);
+  bf16x* sW = sSw + 8 * warp * (warp - 1) * kLdM;  // fallback: warp w's rows j < 16 w
+  if (fast) {
+    for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
+      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+      const float* br = sB + r * kLdF;
+      const float* sr = sS + r * kLdF;
+      *reinterpret_cast<uint32_t*>(sSw + r * kLdM + m) =
+          pack_bf16(sr[m] * __expf(sRef[m] - br[m]), sr[m + 1] * __expf(sRef[m + 1] - br[m + 1]));
+    }
+  } else {
+    const float* bw = sB + 16 * warp * kLdF;
+    for (int x = lane; x < 16 * warp * kMT / 2; x += 32) {
+      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+      const float* br = sB + r * kLdF;
+      const float* sr = sS + r * kLdF;
+      *reinterpret_cast<uint32_t*>(sW + r * kLdM + m) =
+          pack_bf16(sr[m] * __expf(bw[m] - br[m]), sr[m + 1] * __expf(bw[m + 1] - br[m + 1]));
+    }
+  }
+  __syncthreads();
+
+  {  // A1 = scale tril(Q Kc^T), the warp's rows
+    float x[1][kC / 8][4];
+    zero(x);
+    warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+    store_tril(sA, kLdA, x, a.scale, m0, lane);
+  }
+  __syncwarp();  // the A1 rows this warp reads are the rows it wrote
+  float z[1][kMT / 8][4];
+  zero(z);
+  warp_mma<1, kMT / 8, KT, false, false>(z, sQ, KT + 8, m0, sHk, kLdM, 0, lane);
+  if (fast) {
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
+    for (int k0 = 0; k0 <= m0; k0 += 16)  // A1 is zero right of the diagonal block
+      warp_mma<1, kMT / 8, 16, false, false>(z, sA + k0, kLdA, m0, sSw + k0 * kLdM, kLdM, 0, lane);
+    scale_rows(z, m0, lane, sB, sRef, 1.f);
+  } else {
+    scale_rows(z, m0, lane, sB, nullptr, a.scale);
+    if (warp > 0) {
+      float t[1][kMT / 8][4];
+      zero(t);
+      for (int k0 = 0; k0 < m0; k0 += 16)
+        warp_mma<1, kMT / 8, 16, false, false>(t, sA + k0, kLdA, m0, sW + k0 * kLdM, kLdM, 0, lane);
+      const float* bw = sB + m0 * kLdF;
+#pragma unroll
+      for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          z[0][ni][e] += t[0][ni][e] * __expf(sB[r * kLdF + m] - bw[m]);
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // the diagonal block, elementwise
+        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+        const float br = sB[r * kLdF + m];
+        float acc = 0.f;
+        for (int jj = m0; jj <= r; ++jj)
+          acc += __bfloat162float(sA[r * kLdA + jj]) * __expf(br - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
+        z[0][ni][e] += acc;
+      }
+  }
+
+  // The slot softmax of rows r0 = m0 + lane / 4 and r0 + 8: their slots are spread over the lane quad.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (ni * 8 + frag_col(lane, e) >= d.M) z[0][ni][e] = -INFINITY;
+      mx[e / 2] = fmaxf(mx[e / 2], z[0][ni][e]);
+    }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+  }
+#pragma unroll
+  for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      z[0][ni][e] = __expf(z[0][ni][e] - mx[e / 2]);
+      sum[e / 2] += z[0][ni][e];
+    }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], 1);
+    sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], 2);
+  }
+  const float inv[2] = {1.f / sum[0], 1.f / sum[1]};
+#pragma unroll
+  for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) z[0][ni][e] *= inv[e / 2];
+  if (lane % 4 == 0)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = m0 + lane / 4 + 8 * hh;
+      if (r < n) a.lse[(int64_t(b) * d.T + t0 + r) * d.Hq + h] = mx[hh] + logf(sum[hh]);
+    }
+
+  // A2 and O. sX: the warp's rows of the Q tile (Q is read no more), row stride KT + 8.
+  bf16x* sX = sQ;
+  constexpr int kLdX = KT + 8;
+  float a2[1][kC / 8][4];
+  zero(a2);
+  __syncwarp();  // every lane is done reading its Q rows
+  if (fast) {
+    store_slots(sX, kLdX, z, m0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); });
+    __syncwarp();
+    warp_mma<1, kC / 8, kMT, false, true>(a2, sX, kLdX, m0, sSw, kLdM, 0, lane);
+  } else {
+    store_slots(sX, kLdX, z, m0, lane, [](int, int) { return 1.f; });
+    __syncwarp();
+#pragma unroll
+    for (int ni = 0; ni < kC / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // the diagonal block, elementwise
+        const int r = m0 + frag_row(lane, e), jj = ni * 8 + frag_col(lane, e);
+        if (jj < m0 || jj > r) continue;
+        float acc = 0.f;
+        for (int m = 0; m < kMT; ++m)
+          acc += __bfloat162float(sX[r * kLdX + m]) * __expf(sB[r * kLdF + m] - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
+        a2[0][ni][e] = acc;
+      }
+    __syncwarp();
+    const float* bw = sB + m0 * kLdF;
+    store_slots(sX, kLdX, z, m0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - bw[m]); });
+    __syncwarp();
+#pragma unroll
+    for (int nb = 0; nb < 3; ++nb)
+      if (nb < warp) {
+        float t[1][2][4];
+        zero(t);
+        warp_mma<1, 2, kMT, false, true>(t, sX, kLdX, m0, sW, kLdM, 16 * nb, lane);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a2[0][2 * nb + u][e] += t[0][u][e];
+      }
+    __syncwarp();
+    store_slots(sX, kLdX, z, m0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m]); });
+  }
+  store_tril(sA, kLdA, a2, 1.f, m0, lane);
+  __syncwarp();
+  float o[1][VT / 8][4];
+  zero(o);
+  warp_mma<1, VT / 8, kMT, false, false>(o, sX, kLdX, m0, sHv, VT + 8, 0, lane);
+  for (int k0 = 0; k0 <= m0; k0 += 16)  // A2 is zero right of the diagonal block
+    warp_mma<1, VT / 8, 16, false, false>(o, sA + k0, kLdA, m0, sV + k0 * (VT + 8), VT + 8, 0, lane);
+  bf16x* ob = a.o + (int64_t(b) * d.T * d.Hq + h) * d.V;
+#pragma unroll
+  for (int ni = 0; ni < VT / 8; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+      if (r < n && col < d.V)
+        *reinterpret_cast<uint32_t*>(ob + int64_t(t0 + r) * d.Hq * d.V + col) = pack_bf16(o[0][ni][e], o[0][ni][e + 1]);
+    }
+}
+
+template <int KT, int VT>
+size_t state_smem() {
+  return size_t(kC * (KT + 8) + kC * (VT + 8) + kC * kLdM) * 2 + size_t(2 * kC * kLdF) * sizeof(float);
+}
+template <int KT, int VT>
+size_t output_smem() {
+  const size_t tiles = size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdA +
+                              kSwRows * kLdM) * 2;
+  return tiles + size_t(2 * kC * kLdF + 2 * kMT) * sizeof(float);
+}
+
+}  // namespace
+
+void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
+                cudaStream_t stream) {
+  const int cols = slot_rows ? d.V : d.K;
+  const int64_t BH = int64_t(d.B) * d.Hkv, n = BH * cols * d.M;
+  if (n == 0 || d.NC == 0) return;
+  constexpr int kScanThreads = 256;
+  const unsigned blocks = unsigned((n + kScanThreads - 1) / kScanThreads);
+  auto go = [&](auto kernel) {
+    kernel<<<blocks, kScanThreads, 0, stream>>>(states.data(), decay.data<float>(), BH, d.NC, cols, d.M);
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_state_scan_kernel", blocks, kScanThreads, 0);
+  };
+  if (slot_rows)
+    reverse ? go(gsa_state_scan_kernel<true, true>) : go(gsa_state_scan_kernel<true, false>);
+  else
+    reverse ? go(gsa_state_scan_kernel<false, true>) : go(gsa_state_scan_kernel<false, false>);
+}
+
+States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
+                      const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream) {
+  States st{ChunkBuffer(cd, cd.NC + 1, d.K, d.M), ChunkBuffer(cd, cd.NC + 1, d.M, d.V),
+            Tensor::empty({d.B, d.Hkv, cd.NC, d.M}, DType::f32, cd.device)};
+  chunk_slot_load(st.Hk, 0, Hk0);
+  chunk_slot_load(st.Hv, 0, Hv0);
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const size_t smem = state_smem<KT, VT>();
+    set_smem(gsa_forward_state_kernel<KT, VT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
+    gsa_forward_state_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(k), bp(v), s.data<float>(), g.data<float>(),
+                                                                       st.Hk.data(), st.Hv.data(),
+                                                                       st.decay.data<float>(), d);
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_state_kernel", grid, kThreads, smem);
+  });
+  state_scan(st.Hk, st.decay, d, false, false, stream);
+  state_scan(st.Hv, st.decay, d, true, false, stream);
+  return st;
+}
+
+}  // namespace gsa_fused
+
+using namespace gsa_fused;
+
+bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
+  // HYBRID_GSA_FUSED=0 keeps bf16 on the generic slot-attention kernels (A/B timing, bisecting a mismatch).
+  static const bool enabled = [] {
+    const char* e = std::getenv("HYBRID_GSA_FUSED");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
+  if (d.K > 128 || d.V > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.M > kMT) return false;
+  if (d.B * d.Hq > 65535) return false;  // gridDim.y of F2
+  size_t need = 0;
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    need = std::max({state_smem<KT, VT>(), output_smem<KT, VT>(), backward_smem_bytes(d.K, d.V)});
+  });
+  return need <= size_t(max_smem(q.device().index));
+}
+
+GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& s0, const Tensor& g0,
+                              const Tensor& Hk00, const Tensor& Hv00, double scale) {
+  const GsaDims gd = gsa_dims("gsa_forward", q0, k0, v0, s0, g0, Hk00, Hv00);
+  const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0), s = s0.contiguous(), g = g0.contiguous();
+  const Tensor Hk0 = Hk00.defined() ? Hk00.contiguous() : Tensor(), Hv0 = Hv00.defined() ? Hv00.contiguous() : Tensor();
+  const Device dev = q.device();
+  const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.Hkv, dev);
+  const Dims d{int(gd.B), int(gd.T), int(gd.Hq), int(gd.Hkv), int(gd.group), int(gd.K), int(gd.V), int(gd.M), int(cd.NC)};
+  cudaStream_t stream = current_stream(dev.index);
+  GsaFusedOut r{Tensor::empty({gd.B, gd.T, gd.Hq, gd.V}, DType::bf16, dev),
+                Tensor::empty({gd.B, gd.Hkv, gd.K, gd.M}, DType::f32, dev),
+                Tensor::empty({gd.B, gd.Hkv, gd.M, gd.V}, DType::f32, dev),
+                Tensor::empty({gd.B, gd.T, gd.Hq}, DType::f32, dev)};
+  const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const size_t smem = output_smem<KT, VT>();
+    set_smem(gsa_forward_output_kernel<KT, VT>, smem);
+    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hq));
+    const ForwardArgs a{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(),
+                        bp_mut(r.o), r.lse.data<float>(), float(scale)};
+    gsa_forward_output_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid, kThreads, smem);
+  });
+  chunk_slot_store(r.Hk, st.Hk, cd.NC);
+  chunk_slot_store(r.Hv, st.Hv, cd.NC);
+  return r;
+}
+
+}  // namespace hyb
