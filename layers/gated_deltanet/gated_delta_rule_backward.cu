@@ -1,12 +1,15 @@
 // The fused bf16 CUDA backward of the gated delta rule (gated_deltanet.md 4.4), mma.sync m16n8k16 on
 // bf16 shared-memory tiles with fp32 accumulation, chunks of 64 tokens:
-//   stage 0         run_wy (gated_delta_rule_forward.cu): W, U and the chunk-start states S_c again;
-//   scan_kernel     stage 1, sequential over the chunks in reverse per (b, value head, VS columns), D
-//                   (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
-//                   D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T) formed
-//                   per chunk in the kernel; writes dU and the bf16 snapshot D_c of every chunk;
-//   backward_kernel stages 2 and 3 per (chunk, b, value head) in parallel: dQ, dK, dV, dbeta and dG,
-//                   then dg = the reverse cumsum of dG within the chunk.
+//   stage 0                      run_wy (gated_delta_rule_forward.cu): W, U and the chunk-start states
+//                                S_c again;
+//   backward_scan_kernel         stage 1, sequential over the chunks in reverse per (b, value head, VS
+//                                columns), D (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
+//                                D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T)
+//                                formed per chunk in the kernel; writes dU and the bf16 snapshot D_c;
+//                                segmented like the forward scan when there are few (b, value head)
+//                                pairs (ScanPlan; D_{c-1} = A_c^T D_c + B'_c);
+//   backward_intra_chunk_kernel  stages 2 and 3 per (chunk, b, value head) in parallel: dQ, dK, dV,
+//                                dbeta and dG, then dg = the reverse cumsum of dG within the chunk.
 // Shared q/k heads (HV > H): per-value-head dQ and dK go to fp32 chunk scratch and are summed over the
 // value heads of each q/k head in head order (chunk_to_tokens; no atomics).
 #include <cuda_bf16.h>
@@ -44,44 +47,46 @@ using chunk_mma::zero;
 constexpr int kScanThreads = 128;  // 4 warps: token rows [16w, 16w + 16), state rows [w KT / 4, (w + 1) KT / 4)
 
 template <int KT, int VS>
-struct ScanSmem {
+struct BackwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
-  static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;  // one prefetch stage: Q, K, W, dO, raw g
-  static constexpr size_t kQ = 0;                               // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;                          // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kW = 2 * kKTile;                      // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kDO = 3 * kKTile;                     // + p kBuf: bf16 [64][VS + 8]
-  static constexpr size_t kGraw = 3 * kKTile + kVTile;          // + p kBuf: f32 [64]
-  static constexpr size_t kP = 2 * kBuf;                        // bf16 [64][kLd64]: scale L .* (Q @ K^T)
-  static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;   // bf16 [64][VS + 8]: scale gam .* dO
-  static constexpr size_t kdUn = kDOg + kVTile;                 // bf16 [64][VS + 8]: -dU
-  static constexpr size_t kD = kdUn + kVTile;                   // bf16 [KT][VS + 8]: D_c
-  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2; // f32 [4][64]: each warp's copy of G
+  static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;   // one prefetch stage: Q, K, W, dO, raw g
+  static constexpr size_t kQ = 0;                                // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;                           // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kW = 2 * kKTile;                       // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kDO = 3 * kKTile;                      // + p kBuf: bf16 [64][VS + 8]
+  static constexpr size_t kGraw = 3 * kKTile + kVTile;           // + p kBuf: f32 [64]
+  static constexpr size_t kP = 2 * kBuf;                         // bf16 [64][kLd64]: scale L .* (Q @ K^T)
+  static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;    // bf16 [64][VS + 8]: scale gam .* dO
+  static constexpr size_t kdUn = kDOg + kVTile;                  // bf16 [64][VS + 8]: -dU
+  static constexpr size_t kD = kdUn + kVTile;                    // bf16 [KT][VS + 8]: D_c
+  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2;  // f32 [4][64]: each warp's copy of G
   static constexpr size_t kBytes = kGw + 4 * kC * 4;
 };
 
-struct ScanArgs {
-  const bf16x *q, *k;    // (B, T, H, K)
-  const bf16x* W;        // (B, HV, NC, 64, K)
-  const bf16x* dout;     // (B, T, HV, V)
-  const float* g;        // (B, T, HV)
-  const float* dfinal;   // (B, HV, K, V) or null (zeros)
-  bf16x* dU;             // (B, HV, NC, 64, V) out
-  bf16x* D;              // (B, HV, NC, K, V) out: D_c
-  float* dS0;            // (B, HV, K, V) or null
+struct BackwardScanArgs {
+  const bf16x *q, *k;   // (B, T, H, K)
+  const bf16x* W;       // (B, HV, NC, 64, K)
+  const bf16x* dout;    // (B, T, HV, V)
+  const float* g;       // (B, T, HV)
+  const float* dfinal;  // (B, HV, K, V) or null (zeros)
+  bf16x* dU;            // (B, HV, NC, 64, V) out
+  bf16x* D;             // (B, HV, NC, K, V) out: D_c
+  float* dS0;           // (B, HV, K, V) or null
   float scale;
 };
 
-// Grid (ceil(V / VS), B HV), kScanThreads; smem ScanSmem<KT, VS> (110 KiB at KT = VS = 64). Per chunk,
-// c = NC-1 .. 0, with D = D_c:
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads; smem BackwardScanSmem<KT, VS>
+// (110 KiB at KT = VS = 64). Per chunk of the block's segment, last to first, with D = D_c:
 //   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
 //   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows
 // P (one 64 x KT product) is formed per chunk here instead of in a parallel pass: it costs less than
 // writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
-// warp keeps its own copy of the chunk's G, so no barrier guards the gates.
+// warp keeps its own copy of the chunk's G, so no barrier guards the gates. Pass 1 (seg.local) writes
+// no dU and no snapshots, only the segment's end; a Phi column tile has dO = 0 (no P, no dO terms) and
+// starts from the identity.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) {
-  using L = ScanSmem<KT, VS>;
+__global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
+  using L = BackwardScanSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sP = reinterpret_cast<bf16x*>(smem + L::kP);
@@ -89,7 +94,12 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
   bf16x* sdUn = reinterpret_cast<bf16x*>(smem + L::kdUn);
   bf16x* sD = reinterpret_cast<bf16x*>(smem + L::kD);
   auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
-  const int v0 = blockIdx.x * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg;
+  const int nseg = gridDim.z, s = blockIdx.z, vt = (d.V + VS - 1) / VS;
+  const bool phi = seg.local && int(blockIdx.x) >= vt;
+  if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == 0)) return;  // nothing the combine reads
+  const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
+            qh = j / d.hpg;
+  const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
   float* sG = reinterpret_cast<float*>(smem + L::kGw) + warp * kC;
   const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
@@ -102,42 +112,51 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
                                                  d.T, d.K, tid);
     flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
                                                  kC, d.K, tid);
-    flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
-                                                 a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
-                                                 int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
+    if (!phi)
+      flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
+                                                   a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
+                                                   int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
 
+  const int64_t seg_at = int64_t(bh) * nseg + s;
   float D[MT2][NT][4];
-  load_state_fragments(D, a.dfinal ? a.dfinal + int64_t(bh) * d.K * d.V : nullptr, d.K, d.V, v0, m2, lane);
+  if (phi)
+    identity_fragments(D, d.K, v0, m2, lane);
+  else
+    load_state_fragments(D,
+                         s == nseg - 1 ? (a.dfinal ? a.dfinal + int64_t(bh) * d.K * d.V : nullptr)
+                         : seg.local   ? nullptr
+                                       : seg.start + seg_at * d.K * d.V,
+                         d.K, d.V, v0, m2, lane);
   store_state(sD, D, m2, lane);
-  load_chunk(d.NC - 1, 0);
-  for (int step = 0; step < d.NC; ++step) {
-    const int c = d.NC - 1 - step, p = step & 1;
+  load_chunk(c_end - 1, 0);
+  for (int c = c_end - 1; c >= c_begin; --c) {
+    const int p = (c_end - 1 - c) & 1;
     flash::cp_async_wait<0>();
     __syncthreads();  // chunk c's tiles and D_c (sD) are visible; every warp is done with buffer p ^ 1
-    if (c > 0) load_chunk(c - 1, p ^ 1);
+    if (c > c_begin) load_chunk(c - 1, p ^ 1);
     const bf16x* sQ = reinterpret_cast<const bf16x*>(buf(p, L::kQ));
     const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
     const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
     const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(p, L::kDO));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
+    if (!seg.local) store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
     *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
     __syncwarp();
     float kd[2];
     row_kd(gc, m0, lane, kd);
-    {
+    if (!phi) {
       float pp[1][kC / 8][4];
       zero(pp);
       warp_mma<1, kC / 8, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
       store_masked(sP, kLd64, pp, sG, a.scale, m0, 0, lane);
     }
-    for (int x = lane; x < 16 * (VS / 8); x += 32) {  // the warp's rows of scale gam .* dO
+    for (int x = lane; !phi && x < 16 * (VS / 8); x += 32) {  // the warp's rows of scale gam .* dO
       const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
       const float f = a.scale * __expf(sG[r]);
       uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
@@ -158,43 +177,48 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(ScanArgs a, Dims d) 
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
-    warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, 0, lane);
+    if (!phi) warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, 0, lane);
     bf16x* dUc = a.dU + z * kC * d.V + v0;
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (v0 + col < d.V)
+        if (!seg.local && v0 + col < d.V)
           *reinterpret_cast<uint32_t*>(dUc + r * d.V + col) = pack_bf16(du[0][ni][e], du[0][ni][e + 1]);
         *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
       }
     __syncthreads();  // -dU complete; every warp is done reading D_c
 
     scale_all(D, __expf(gc.last));  // gam_n
-    warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
+    if (!phi) warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
     warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, 0, lane);
     store_state(sD, D, m2, lane);
   }
   flash::cp_async_wait<0>();
-  if (a.dS0) store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  if (phi)
+    store_state_fragments(D, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0, m2, lane);
+  else if (seg.local)
+    store_state_fragments(D, seg.end + seg_at * d.K * d.V, d.K, d.V, v0, m2, lane);
+  else if (a.dS0 && s == 0)
+    store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Stages 2 and 3.
 
-constexpr int kThreads = 256;  // 8 warps: warp w owns token rows [16 (w % 4), +16) and column half w / 4
+constexpr int kIntraChunkThreads = 256;  // 8 warps: warp w owns token rows [16 (w % 4), +16) and column half w / 4
 
 template <int KT>
-struct BackwardSmem {
+struct IntraChunkSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2, kKTile = size_t(kC) * (KT + 8) * 2;
-  static constexpr size_t kQ = 0;                  // bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;             // bf16 [64][KT + 8]
-  static constexpr size_t kAhi = 2 * kKTile;       // bf16 [64][kLd64]: Ainv, high part
-  static constexpr size_t kAlo = kAhi + kTile;     // bf16 [64][kLd64]: Ainv, low part
-  static constexpr size_t kdP = kAlo + kTile;      // bf16 [64][kLd64]: dP
-  static constexpr size_t kAv = kdP + kTile;       // bf16 [64][kLd64]: tril(beta_i (dU @ V^T), -1)
-  static constexpr size_t kR = kAv + kTile;        // the region below, reused by phase
+  static constexpr size_t kQ = 0;               // bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;          // bf16 [64][KT + 8]
+  static constexpr size_t kAhi = 2 * kKTile;    // bf16 [64][kLd64]: Ainv, high part
+  static constexpr size_t kAlo = kAhi + kTile;  // bf16 [64][kLd64]: Ainv, low part
+  static constexpr size_t kdP = kAlo + kTile;   // bf16 [64][kLd64]: dP
+  static constexpr size_t kAv = kdP + kTile;    // bf16 [64][kLd64]: tril(beta_i (dU @ V^T), -1)
+  static constexpr size_t kR = kAv + kTile;     // the region below, reused by phase
   // Phase 1, the solve: f32 M and X [64][kLdF], the block scratch.
   static constexpr size_t kM = kR, kX = kM + size_t(kC) * kLdF * 4, kT = kX + size_t(kC) * kLdF * 4;
   static constexpr size_t kSolveEnd = kT + size_t(kSolveScratch) * 4;
@@ -209,16 +233,16 @@ struct BackwardSmem {
   static constexpr size_t kBytes = kVec + (5 * kC + 4 * kC + 4 * kC + 8) * 4;
 };
 
-struct BackwardArgs {
-  const bf16x *q, *k;      // (B, T, H, K)
-  const bf16x *v, *dout;   // (B, T, HV, V)
-  const bf16x *U, *dU;     // (B, HV, NC, 64, V)
-  const bf16x *S, *D;      // (B, HV, NC, K, V): S_c, D_c
-  const float *g, *beta;   // (B, T, HV)
-  bf16x *dq, *dk;          // (B, T, H, K) when HV == H (else null)
+struct IntraChunkArgs {
+  const bf16x *q, *k;          // (B, T, H, K)
+  const bf16x *v, *dout;       // (B, T, HV, V)
+  const bf16x *U, *dU;         // (B, HV, NC, 64, V)
+  const bf16x *S, *D;          // (B, HV, NC, K, V): S_c, D_c
+  const float *g, *beta;       // (B, T, HV)
+  bf16x *dq, *dk;              // (B, T, H, K) when HV == H (else null)
   float *dq_heads, *dk_heads;  // (B, HV, NC, 64, K) per value head when HV > H (else null)
-  bf16x* dv;               // (B, T, HV, V) or null
-  float *dbeta, *dg;       // (B, T, HV) or null
+  bf16x* dv;                   // (B, T, HV, V) or null
+  float *dbeta, *dg;           // (B, T, HV) or null
   float scale;
 };
 
@@ -238,11 +262,12 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
         *reinterpret_cast<uint32_t*>(out + qk_off + int64_t(t0 + r) * d.H * d.K + col) =
             pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
       if (out_heads)
-        *reinterpret_cast<float2*>(out_heads + (z * kC + r) * d.K + col) = make_float2(acc[0][ni][e], acc[0][ni][e + 1]);
+        *reinterpret_cast<float2*>(out_heads + (z * kC + r) * d.K + col) =
+            make_float2(acc[0][ni][e], acc[0][ni][e + 1]);
     }
 }
 
-// Grid (NC, B HV), kThreads; smem BackwardSmem<KT> (102 KiB at KT = 64: two blocks per SM). With S = S_c,
+// Grid (NC, B HV), kIntraChunkThreads; smem IntraChunkSmem<KT> (111 KiB at KT = 64: two blocks per SM). With S = S_c,
 // D = D_c, U, dU of the chunk (4.4 stages 2, 3):
 //   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
 //          rowdot(V, X2));  pass 2: dO @ S^T, U @ D^T, dU @ S^T, <S, D>;
@@ -255,8 +280,9 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
 // Warp w: rows [16 (w % 4), +16); columns [32 (w / 4), +32) of the 64-wide products and [(w / 4) KT / 2,
 // +KT / 2) of the K-wide ones. Ainv is recomputed in fp32 (4.5) and used as bf16 high + low parts.
 template <int KT>
-__global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(BackwardArgs a, Dims d) {
-  using L = BackwardSmem<KT>;
+__global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
+    backward_intra_chunk_kernel(IntraChunkArgs a, Dims d) {
+  using L = IntraChunkSmem<KT>;
   constexpr int NTK = KT / 16, LDK = KT + 8;  // K-wide products: KT / 2 columns (NTK n-tiles) per warp
   extern __shared__ __align__(16) unsigned char smem[];
   auto tile = [&](size_t off) { return reinterpret_cast<bf16x*>(smem + off); };
@@ -270,10 +296,10 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
   float* sT = reinterpret_cast<float*>(smem + L::kT);
   float* sG = reinterpret_cast<float*>(smem + L::kVec);
   float *sGam = sG + kC, *sKd = sGam + kC, *sBeta = sKd + kC, *sBg = sBeta + kC;
-  float* sRowG = sBg + kC;       // [2][64]
-  float* sRowB = sRowG + 2 * kC; // [2][64]
-  float* sColZ = sRowB + 2 * kC; // [4][64]
-  float* sRed = sColZ + 4 * kC;  // [8]
+  float* sRowG = sBg + kC;        // [2][64]
+  float* sRowB = sRowG + 2 * kC;  // [2][64]
+  float* sColZ = sRowB + 2 * kC;  // [4][64]
+  float* sRed = sColZ + 4 * kC;   // [8]
 
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
@@ -286,24 +312,24 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
   const bf16x *Sc = a.S + z * d.K * d.V, *Dc = a.D + z * d.K * d.V;
 
   if (warp == 0) chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, sGam, sKd, sBeta, sBg, lane);
-  load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kIntraChunkThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_rows<kC, KT, kIntraChunkThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
   __syncthreads();
-  chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
-  for (int e = tid; e < kC * kC; e += kThreads)
+  chunk_inverse<KT, kIntraChunkThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
+  for (int e = tid; e < kC * kC; e += kIntraChunkThreads)
     split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
 
   const int VN = (d.V + 63) / 64;
   auto load_vtiles = [&](int v0, bool pass1) {
     const int cols = d.V - v0;
-    load_rows<kC, 64, kThreads>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols, nullptr);
-    load_rows<kC, 64, kThreads>(sU, Uc + v0, d.V, 0, kC, cols, nullptr);
-    load_rows<kC, 64, kThreads>(sdU, dUc + v0, d.V, 0, kC, cols, nullptr);
-    if (pass1) load_rows<kC, 64, kThreads>(sV, a.v + v_off + v0, v_row, t0, d.T, cols, nullptr);
+    load_rows<kC, 64, kIntraChunkThreads>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols, nullptr);
+    load_rows<kC, 64, kIntraChunkThreads>(sU, Uc + v0, d.V, 0, kC, cols, nullptr);
+    load_rows<kC, 64, kIntraChunkThreads>(sdU, dUc + v0, d.V, 0, kC, cols, nullptr);
+    if (pass1) load_rows<kC, 64, kIntraChunkThreads>(sV, a.v + v_off + v0, v_row, t0, d.T, cols, nullptr);
     if (!pass1 || VN == 1) {
-      load_rows<KT, 64, kThreads>(sS, Sc + v0, d.V, 0, d.K, cols, nullptr);
-      load_rows<KT, 64, kThreads>(sD, Dc + v0, d.V, 0, d.K, cols, nullptr);
+      load_rows<KT, 64, kIntraChunkThreads>(sS, Sc + v0, d.V, 0, d.K, cols, nullptr);
+      load_rows<KT, 64, kIntraChunkThreads>(sD, Dc + v0, d.V, 0, d.K, cols, nullptr);
     }
   };
   float rowB[2] = {0.f, 0.f}, rowG[2] = {0.f, 0.f};  // this warp's parts of dbeta, dG for rows r0, r0 + 8
@@ -342,7 +368,8 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // the V part of dA, parked in shared memory to free registers for pass 2
       const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
-      const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] : 0.f, x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] : 0.f;
+      const float x0 = i < r ? sBeta[i] * accAv[0][ni][e] : 0.f,
+                  x1 = i + 1 < r ? sBeta[i + 1] * accAv[0][ni][e + 1] : 0.f;
       *reinterpret_cast<uint32_t*>(sAv + r * kLd64 + i) = pack_bf16(x0, x1);
     }
 
@@ -362,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
     warp_mma<1, NTK, kC, false, true>(accK, sU, kLd64, m0, sD, kLd64, k0, lane);
     warp_mma<1, NTK, kC, false, true>(accW, sdU, kLd64, m0, sS, kLd64, k0, lane);
     if (a.dg)
-      for (int x = tid; x < KT * 32; x += kThreads) {  // bf16 pairs of the S and D tiles
+      for (int x = tid; x < KT * 32; x += kIntraChunkThreads) {  // bf16 pairs of the S and D tiles
         const int r = x / 32, c2 = (x % 32) * 2;
         const float2 s2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sS + r * kLd64 + c2));
         const float2 d2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sD + r * kLd64 + c2));
@@ -442,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
       for (int e = 0; e < 4; ++e) accK[0][ni][e] += sBg[m0 + frag_row(lane, e)] * x1[0][ni][e];
   }
   __syncthreads();  // dA complete
-  {  // T1 = Ainv^T @ dA
+  {                 // T1 = Ainv^T @ dA
     float t1[1][4][4];
     zero(t1);
     warp_mma<1, 4, kC, true, false>(t1, sAhi, kLd64, m0, sdA, kLd64, n0, lane);
@@ -456,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
       }
   }
   __syncthreads();  // T1 complete; dA is consumed (its space becomes R)
-  {  // dM = -T1 @ Ainv^T on i < r < n; R = beta .* dM .* L; the dM terms of dbeta and dG
+  {                 // dM = -T1 @ Ainv^T on i < r < n; R = beta .* dM .* L; the dM terms of dbeta and dG
     float dm[1][4][4], kk[1][4][4];
     zero(dm);
     zero(kk);
@@ -470,12 +497,14 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
         const float w = i < r && r < n ? -dm[0][ni][e] * __expf(fminf(sG[r] - sG[i], 0.f)) : 0.f;  // dM .* L
-        dm[0][ni][e] = sBeta[r] * w;                                                              // R
-        const float zz = dm[0][ni][e] * kk[0][ni][e];                                             // (dM .* M)
+        dm[0][ni][e] = sBeta[r] * w;                                                               // R
+        const float zz = dm[0][ni][e] * kk[0][ni][e];                                              // (dM .* M)
         rb[e / 2] += w * kk[0][ni][e];
         rg[e / 2] += zz;
-        if (e < 2) colz[ni][e] = zz;
-        else colz[ni][e - 2] += zz;
+        if (e < 2)
+          colz[ni][e] = zz;
+        else
+          colz[ni][e - 2] += zz;
       }
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
@@ -503,7 +532,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
       rowG[h] += rg[h];
     }
   }
-  __syncthreads();  // R complete
+  __syncthreads();                                                              // R complete
   warp_mma<1, NTK, kC, false, false>(accK, sdA, kLd64, m0, sK, LDK, k0, lane);  // + R @ K
   warp_mma<1, NTK, kC, true, false>(accK, sdA, kLd64, m0, sK, LDK, k0, lane);   // + R^T @ K
   store_qk_grad(accK, a.dk, a.dk_heads, qk_off, z, t0, m0, k0, lane, d);
@@ -513,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, KT == 64 ? 2 : 1) backward_kernel(Ba
     sRowG[s * kC + r0] = rowG[0], sRowG[s * kC + r0 + 8] = rowG[1];
     sRowB[s * kC + r0] = rowB[0], sRowB[s * kC + r0 + 8] = rowB[1];
   }
-  const float inner_sum = a.dg ? block_sum<kThreads / 32>(inner, sRed) : 0.f;  // + barriers
+  const float inner_sum = a.dg ? block_sum<kIntraChunkThreads / 32>(inner, sRed) : 0.f;  // + barriers
   if (!a.dg) __syncthreads();
   if (warp != 0) return;
   if (a.dbeta)
@@ -547,8 +576,8 @@ size_t backward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    need = std::max({ScanSmem<KT, 16>::kBytes, ScanSmem<KT, 32>::kBytes, ScanSmem<KT, 64>::kBytes,
-                     BackwardSmem<KT>::kBytes});
+    need = std::max({BackwardScanSmem<KT, 16>::kBytes, BackwardScanSmem<KT, 32>::kBytes,
+                     BackwardScanSmem<KT, 64>::kBytes, IntraChunkSmem<KT>::kBytes});
   });
   return need;
 }
@@ -581,26 +610,26 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
   const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
-  const int vs = gdn::scan_columns(d, dev.index);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    gdn::visit_vs(vs, [&](auto vt) {
+    const gdn::ScanPlan plan = gdn::scan_plan(d, dev.index, [](int vs) {
+      size_t bytes = 0;
+      gdn::visit_vs(vs, [&](auto vt) { bytes = gdn::BackwardScanSmem<KT, decltype(vt)::value>::kBytes; });
+      return bytes;
+    });
+    gdn::visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
-      const size_t smem = gdn::ScanSmem<KT, VS>::kBytes;
-      gdn::set_smem(gdn::scan_kernel<KT, VS>, smem);
-      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      const gdn::ScanArgs a{gdn::bp(q),
-                            gdn::bp(k),
-                            gdn::bp(w.W),
-                            gdn::bp(dout),
-                            g.data<float>(),
-                            dfinal.defined() ? dfinal.data<float>() : nullptr,
-                            gdn::bp_mut(dU),
-                            gdn::bp_mut(D),
-                            out.dS0.defined() ? out.dS0.data<float>() : nullptr,
-                            float(scale)};
-      gdn::scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward scan_kernel", grid, gdn::kScanThreads, smem);
+      const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;
+      gdn::set_smem(gdn::backward_scan_kernel<KT, VS>, smem);
+      const gdn::BackwardScanArgs a{
+          gdn::bp(q),      gdn::bp(k),      gdn::bp(w.W),
+          gdn::bp(dout),   g.data<float>(), dfinal.defined() ? dfinal.data<float>() : nullptr,
+          gdn::bp_mut(dU), gdn::bp_mut(D),  out.dS0.defined() ? out.dS0.data<float>() : nullptr,
+          float(scale)};
+      gdn::run_scan<VS>(plan, d, true, dev, stream, [&](dim3 grid, const gdn::SegmentArgs& seg) {
+        gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, seg, d);
+        HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
+      });
     });
   });
   if (!stage23) return out;
@@ -611,31 +640,31 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   ChunkBuffer dq_heads, dk_heads;
   if (grouped && needed[0]) dq_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
   if (grouped && needed[1]) dk_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
-  gdn::BackwardArgs a{gdn::bp(q),
-                      gdn::bp(k),
-                      gdn::bp(v),
-                      gdn::bp(dout),
-                      gdn::bp(w.U),
-                      gdn::bp(dU),
-                      gdn::bp(w.S),
-                      gdn::bp(D),
-                      g.data<float>(),
-                      beta.data<float>(),
-                      grouped ? nullptr : gdn::bp_mut(out.dq),
-                      grouped ? nullptr : gdn::bp_mut(out.dk),
-                      dq_heads.t.defined() ? dq_heads.data() : nullptr,
-                      dk_heads.t.defined() ? dk_heads.data() : nullptr,
-                      gdn::bp_mut(out.dv),
-                      out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
-                      out.dg.defined() ? out.dg.data<float>() : nullptr,
-                      float(scale)};
+  gdn::IntraChunkArgs a{gdn::bp(q),
+                        gdn::bp(k),
+                        gdn::bp(v),
+                        gdn::bp(dout),
+                        gdn::bp(w.U),
+                        gdn::bp(dU),
+                        gdn::bp(w.S),
+                        gdn::bp(D),
+                        g.data<float>(),
+                        beta.data<float>(),
+                        grouped ? nullptr : gdn::bp_mut(out.dq),
+                        grouped ? nullptr : gdn::bp_mut(out.dk),
+                        dq_heads.t.defined() ? dq_heads.data() : nullptr,
+                        dk_heads.t.defined() ? dk_heads.data() : nullptr,
+                        gdn::bp_mut(out.dv),
+                        out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
+                        out.dg.defined() ? out.dg.data<float>() : nullptr,
+                        float(scale)};
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const size_t smem = gdn::BackwardSmem<KT>::kBytes;
-    gdn::set_smem(gdn::backward_kernel<KT>, smem);
+    const size_t smem = gdn::IntraChunkSmem<KT>::kBytes;
+    gdn::set_smem(gdn::backward_intra_chunk_kernel<KT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    gdn::backward_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_kernel", grid, gdn::kThreads, smem);
+    gdn::backward_intra_chunk_kernel<KT><<<grid, gdn::kIntraChunkThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_intra_chunk_kernel", grid, gdn::kIntraChunkThreads, smem);
   });
   if (dq_heads.t.defined()) chunk_to_tokens(out.dq, dq_heads, d.hpg, nullptr, 1.f, cd);
   if (dk_heads.t.defined()) chunk_to_tokens(out.dk, dk_heads, d.hpg, nullptr, 1.f, cd);

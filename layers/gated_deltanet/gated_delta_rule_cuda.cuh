@@ -8,6 +8,9 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "kernels/chunk_mma.cuh"
@@ -18,8 +21,8 @@ namespace hyb::gdn {
 using chunk_mma::bf16x;
 using chunk_mma::kC;
 
-constexpr int kLd64 = kC + 8;  // row stride of the 64-wide bf16 tiles
-constexpr int kLdF = kC + 4;   // row stride of the 64 x 64 fp32 tiles of the solve
+constexpr int kLd64 = kC + 8;               // row stride of the 64-wide bf16 tiles
+constexpr int kLdF = kC + 4;                // row stride of the 64 x 64 fp32 tiles of the solve
 constexpr int kSolveScratch = 3 * 16 * 17;  // floats of unit_lower_inverse's block scratch
 
 struct Dims {
@@ -57,7 +60,7 @@ __device__ __forceinline__ void chunk_gates(const float* g, const float* beta, i
 // The caller synchronises after writing sM; this returns after a barrier, with sX complete.
 template <int NTHREADS>
 __device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
-  static_assert(NTHREADS >= 128, "the diagonal blocks take four warps");
+  static_assert(NTHREADS >= 128 && 256 % NTHREADS == 0, "the diagonal blocks take four warps");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (warp < 4 && lane < 16) {
     const int a = warp, j = lane;
@@ -78,23 +81,39 @@ __device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
     }
   }
   __syncthreads();
-  for (int dist = 1; dist < 4; ++dist) {
-    const int blocks = 4 - dist;  // (a, a - dist) for a = dist .. 3
-    for (int e = tid; e < blocks * 256; e += NTHREADS) {  // sT[blk] = sum_{c=b}^{a-1} M_ac X_cb
-      const int blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
-      float acc = 0.f;
-      for (int c = b; c < a; ++c)
+  // Constant trip counts throughout, so each thread's independent dot products interleave.
 #pragma unroll
-        for (int i = 0; i < 16; ++i) acc += sM[(16 * a + rr) * kLdF + 16 * c + i] * sX[(16 * c + i) * kLdF + 16 * b + cc];
-      sT[(blk * 16 + rr) * 17 + cc] = acc;
+  for (int dist = 1; dist < 4; ++dist) {
+    constexpr int kPer = 256 / NTHREADS;  // entries of one 16 x 16 block per thread (NTHREADS divides 256)
+    const int blocks = 4 - dist;          // (a, a - dist) for a = dist .. 3
+    float acc[3 * kPer];
+#pragma unroll
+    for (int x = 0; x < blocks * kPer; ++x) {  // sT[blk] = sum_{c=b}^{a-1} M_ac X_cb
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
+      acc[x] = 0.f;
+#pragma unroll
+      for (int c = 0; c < dist; ++c)
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          acc[x] += sM[(16 * a + rr) * kLdF + 16 * (b + c) + i] * sX[(16 * (b + c) + i) * kLdF + 16 * b + cc];
+    }
+#pragma unroll
+    for (int x = 0; x < blocks * kPer; ++x) {
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16;
+      sT[(blk * 16 + rr) * 17 + cc] = acc[x];
     }
     __syncthreads();
-    for (int e = tid; e < blocks * 256; e += NTHREADS) {  // X_ab = -X_aa sT[blk]
-      const int blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
-      float acc = 0.f;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc += sX[(16 * a + rr) * kLdF + 16 * a + i] * sT[(blk * 16 + i) * 17 + cc];
-      sX[(16 * a + rr) * kLdF + 16 * b + cc] = -acc;
+    for (int x = 0; x < blocks * kPer; ++x) {  // X_ab = -X_aa sT[blk]
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk;
+      acc[x] = 0.f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[x] += sX[(16 * a + rr) * kLdF + 16 * a + i] * sT[(blk * 16 + i) * 17 + cc];
+    }
+#pragma unroll
+    for (int x = 0; x < blocks * kPer; ++x) {
+      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
+      sX[(16 * a + rr) * kLdF + 16 * b + cc] = -acc[x];
     }
     __syncthreads();
   }
@@ -174,6 +193,36 @@ __device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][
       }
 }
 
+// The warp's fp32 state fragments to bf16 high and low parts (split_bf16), [rows][8 NT + 8] tiles each.
+template <int MT, int NT>
+__device__ __forceinline__ void store_state_split(bf16x* hi, bf16x* lo, const float (&st)[MT][NT][4], int m0,
+                                                  int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = ni * 8 + chunk_mma::frag_col(lane, e);
+        split_bf16(st[mi][ni][e], hi[r * (NT * 8 + 8) + col], lo[r * (NT * 8 + 8) + col]);
+      }
+}
+
+// Columns c0 .. of the K x K identity as the warp's state fragments (m-tiles from row m0): the start of
+// a segment's transition (SegmentArgs).
+template <int MT, int NT>
+__device__ __forceinline__ void identity_fragments(float (&st)[MT][NT][4], int K, int c0, int m0, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = c0 + ni * 8 + chunk_mma::frag_col(lane, e);
+        st[mi][ni][e] = r == col && r < K ? 1.f : 0.f;
+      }
+}
+
 // The warp's fp32 state fragments (m-tiles from row m0) from, or to, columns v0 .. of an fp32 (K, V)
 // state; rows >= K and columns >= V read as zero and are not written. A null src reads zeros.
 template <int MT, int NT>
@@ -226,12 +275,94 @@ void visit_kt(int K, F&& f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-// Calls f with a scan's column tile VS (scan_columns).
+// Calls f with a scan's column tile VS (ScanPlan::vs).
 template <typename F>
 void visit_vs(int vs, F&& f) {
   if (vs == 16) return f(std::integral_constant<int, 16>{});
   if (vs == 32) return f(std::integral_constant<int, 32>{});
   return f(std::integral_constant<int, 64>{});
+}
+
+// How the forward scan (F3) and the reverse scan (stage 1) run. Both are affine in the state per chunk:
+// S_{c+1} = A_c S_c + B_c with A_c = gam_n I - K^T diag(kd) W (K x K), and D_{c-1} = A_c^T D_c + B'_c.
+// With nseg > 1 the chunks are split into segments of len chunks, scanned in three passes
+// (docs/layers/gated_deltanet.md): (1) every segment in parallel from a zero state, keeping only its
+// end E_s, and its transition Phi_s (the product of its A_c, or A_c^T) as K more state columns that
+// start from the identity and get no input; the segment scanned first starts from the true state;
+// (2) segment_combine_kernel: start_{s+1} = Phi_s start_s + E_s in scan order, sequential over the
+// segments only; (3) every segment again from its true start, writing what a single scan writes.
+struct ScanPlan {
+  int vs;    // state columns per block
+  int nseg;  // segments (1: one sequential scan per column tile)
+  int len;   // chunks per segment (the last may be shorter)
+};
+
+// The plan with the shortest critical path in chunk steps, counting a step as the same latency at any
+// VS (the steps are latency-bound: a few dependent warp products, a barrier, the prefetch) and blocks
+// beyond what fits the SMs at once (smem_of(vs): the scan's shared memory) as further waves:
+//   single scan   NC waves(B HV tiles)
+//   segmented     len (waves(pass 1 blocks) + waves(pass 3 blocks)) + nseg (the combine's steps)
+// Ties keep the single scan, and the narrower tile while every block fits at once (a shorter step),
+// else the one with fewer blocks (less repeated loading of the K-side tiles). HYBRID_GDN_SEGMENTS=0
+// keeps the single scan (A/B timing, bisecting a mismatch).
+template <typename SmemOf>
+ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
+  static const bool segments = [] {
+    const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
+    return !(e && std::string(e) == "0");
+  }();
+  const int64_t sms = chunk_mma::sm_count(device), pairs = int64_t(d.B) * d.HV;
+  const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
+  ScanPlan best{64, 1, d.NC};
+  int64_t best_cost = -1, best_blocks = 0;
+  bool best_fits = false;
+  for (int vs : {16, 32, 64}) {
+    const int64_t slots = sms * std::max<int64_t>(1, smem_sm / int64_t(smem_of(vs) + 1024));  // 1 KiB per block
+    const int64_t vt = (d.V + vs - 1) / vs, kt = (d.K + vs - 1) / vs;
+    auto waves = [&](int64_t blocks) { return (blocks + slots - 1) / slots; };
+    auto consider = [&](int nseg, int len, int64_t cost, int64_t blocks, bool fits) {
+      const bool tie_wins = cost == best_cost && !(fits && best_fits) && blocks < best_blocks;
+      if (best_cost < 0 || cost < best_cost || tie_wins)
+        best = {vs, nseg, len}, best_cost = cost, best_blocks = blocks, best_fits = fits;
+    };
+    consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
+    for (int want = 2; segments && want <= std::min(d.NC, 64); ++want) {
+      const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
+      if (nseg != want) continue;  // the same segments as a smaller want
+      // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
+      const int64_t pass1 = pairs * ((nseg - 1) * vt + (nseg - 2) * kt), pass3 = pairs * nseg * vt;
+      consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg, pass1 + pass3,
+               waves(pass1) == 1 && waves(pass3) == 1);
+    }
+  }
+  return best;
+}
+
+// What a scan kernel's block reads of the plan. The block's segment is blockIdx.z of gridDim.z.
+struct SegmentArgs {
+  int len;             // chunks per segment
+  bool local;          // pass 1: blockIdx.x past the V column tiles scans a column tile of Phi
+  float* end;          // pass 1 out: (B HV, nseg, K, V) f32, E of each segment
+  float* phi;          // pass 1 out: (B HV, nseg, K, K) f32, Phi of each segment
+  const float* start;  // pass 3 in: (B HV, nseg, K, V) f32, the true start of each segment but the first scanned
+};
+
+// Pass 2 on the end states and transitions of pass 1 (reverse: the backward's order, last segment first).
+void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
+                      cudaStream_t stream);
+
+// Runs a scan under the plan: launch(grid, seg) launches its kernel with that grid and SegmentArgs.
+template <int VS, typename Launch>
+void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Launch&& launch) {
+  const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
+  if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, false, nullptr, nullptr, nullptr});
+  const Tensor end = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
+  const Tensor phi = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.K}, DType::f32, dev);
+  const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
+  const unsigned kt = p.nseg > 2 ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
+  launch(dim3(vt + kt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, true, end.data<float>(), phi.data<float>(), nullptr});
+  combine_segments(p, d, end.data<float>(), phi.data<float>(), start.data<float>(), reverse, stream);
+  launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
 }
 
 // What the prepare kernel and the forward scan leave for the output kernel and the backward.
@@ -241,15 +372,11 @@ struct WyScratch {
   Tensor S;  // (B, HV, NC, K, V) bf16: S_c
 };
 
-// F2 and F3 (gated_deltanet.md 4.3) on bf16 q, k, v (16-byte aligned rows) and f32 g, beta, S0:
-// W, U and the chunk-start states, the final state into final_state when it is defined (f32
-// (B, HV, K, V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
+// F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and
+// f32 g, beta, S0: W, U and the chunk-start states, the final state into final_state when it is defined (f32 (B, HV, K,
+// V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
                  const Tensor& final_state, const Dims& d, cudaStream_t stream);
-
-// V columns per block of the sequential scans: 64 when that gives a wave of blocks, else 32 or 16,
-// since the chunk recurrence is the critical path and narrower column tiles run more of it at once.
-int scan_columns(const Dims& d, int device);
 
 // The largest shared memory of the forward's and of the backward's kernels at this K, over every
 // column tile of the scans, for gated_delta_rule_fused_supported.

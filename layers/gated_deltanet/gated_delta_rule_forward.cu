@@ -1,12 +1,14 @@
 // The fused bf16 CUDA forward of the gated delta rule (gated_deltanet.md 4.2-4.3), mma.sync m16n8k16
 // on bf16 shared-memory tiles with fp32 accumulation, chunks of 64 tokens, in three kernels:
-//   prepare_kernel  F2 per (chunk, b, value head) in parallel: M = tril(beta .* L .* (K @ K^T), -1)
-//                   and Ainv = (I + M)^-1 in fp32, W = Ainv @ (beta gam .* K), U0 = Ainv @ (beta .* V)
-//                   with Ainv split into bf16 high and low parts (4.6 item 3);
-//   scan_kernel     F3, sequential over the chunks per (b, value head, VS state columns), the state
-//                   (K x VS) in fp32 registers: U = U0 - W @ S, S <- gam_n S + K^T @ (kd .* U);
-//                   writes U over U0 and the bf16 snapshot of each chunk-start state;
-//   output_kernel   F4 per chunk in parallel: O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ U).
+//   wy_prepare_kernel      F2 per (chunk, b, value head) in parallel: M = tril(beta .* L .* (K @ K^T), -1)
+//                          and Ainv = (I + M)^-1 in fp32, W = Ainv @ (beta gam .* K), U0 = Ainv @ (beta .* V)
+//                          with Ainv split into bf16 high and low parts (4.6 item 3);
+//   forward_scan_kernel    F3, sequential over the chunks per (b, value head, VS state columns), the
+//                          state (K x VS) in fp32 registers: U = U0 - W @ S, S <- gam_n S + K^T @ (kd .* U);
+//                          writes U over U0 and the bf16 snapshot of each chunk-start state; with few
+//                          (b, value head) pairs it runs per segment of chunks in three passes, the
+//                          segment starts joined by segment_combine_kernel (ScanPlan);
+//   forward_output_kernel  F4 per chunk in parallel: O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ U).
 // The gates (G, gam, kd) are derived per chunk inside each kernel by a one-warp cumsum (64 tokens are
 // one warp), so no gate tensors are stored. K is padded to KT in {64, 128}; V runs in 64-wide tiles
 // (prepare, output) or VS-wide blocks (scan); padded rows and columns are zero and change no product.
@@ -44,31 +46,31 @@ constexpr int kThreads = 128;  // 4 warps; warp w owns token rows [16w, 16w + 16
 // F2: W and U0 per chunk.
 
 template <int KT>
-struct PrepareSmem {
+struct WyPrepareSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
-  static constexpr size_t kK = 0;                                 // bf16 [64][KT + 8]
-  static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;    // bf16 [64][kLd64], one V tile
-  static constexpr size_t kAhi = kV + kTile;                      // bf16 [64][kLd64]: Ainv diag(beta gam),
-  static constexpr size_t kAlo = kAhi + kTile;                    // then Ainv diag(beta), high and low parts
-  static constexpr size_t kM = kAlo + kTile;                      // f32 [64][kLdF]
-  static constexpr size_t kX = kM + size_t(kC) * kLdF * 4;        // f32 [64][kLdF]
-  static constexpr size_t kT = kX + size_t(kC) * kLdF * 4;        // f32 kSolveScratch
-  static constexpr size_t kG = kT + size_t(kSolveScratch) * 4;    // f32 [64] each: G, beta, beta gam
+  static constexpr size_t kK = 0;                               // bf16 [64][KT + 8]
+  static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [64][kLd64], one V tile
+  static constexpr size_t kAhi = kV + kTile;                    // bf16 [64][kLd64]: Ainv diag(beta gam),
+  static constexpr size_t kAlo = kAhi + kTile;                  // then Ainv diag(beta), high and low parts
+  static constexpr size_t kM = kAlo + kTile;                    // f32 [64][kLdF]
+  static constexpr size_t kX = kM + size_t(kC) * kLdF * 4;      // f32 [64][kLdF]
+  static constexpr size_t kT = kX + size_t(kC) * kLdF * 4;      // f32 kSolveScratch
+  static constexpr size_t kG = kT + size_t(kSolveScratch) * 4;  // f32 [64] each: G, beta, beta gam
   static constexpr size_t kBytes = kG + 3 * kC * 4;
 };
 
-struct PrepareArgs {
-  const bf16x *k, *v;   // (B, T, H, K), (B, T, HV, V)
+struct WyPrepareArgs {
+  const bf16x *k, *v;     // (B, T, H, K), (B, T, HV, V)
   const float *g, *beta;  // (B, T, HV)
-  bf16x *W, *U;         // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
+  bf16x *W, *U;           // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
 };
 
-// Grid (NC, B HV), kThreads. smem PrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
+// Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
 // Ainv is scaled by the token factors before the split (Ainv diag(beta gam), then Ainv diag(beta) in
 // the same tiles), so the products read the exact bf16 K and V tiles and only the solve's result is split.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d) {
-  using L = PrepareSmem<KT>;
+__global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, Dims d) {
+  using L = WyPrepareSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem + L::kK);
   bf16x* sV = reinterpret_cast<bf16x*>(smem + L::kV);
@@ -86,8 +88,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
     const int64_t gate_off = int64_t(b) * d.T * d.HV + j;
     chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, nullptr, nullptr, sBeta, sBg, lane);
   }
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K,
-                              nullptr);
+  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K, nullptr);
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
   auto split_scaled = [&](const float* colscale) {  // Ainv diag(colscale) into sAhi + sAlo
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
   split_scaled(sBg);
   __syncthreads();
   const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
-  {  // W = (Ainv diag(beta gam)) @ K
+  {                                          // W = (Ainv diag(beta gam)) @ K
     float w[1][KT / 8][4];
     zero(w);
     warp_mma<1, KT / 8, kC, false, false>(w, sAhi, kLd64, m0, sK, KT + 8, 0, lane);
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
   bf16x* Uc = a.U + z * kC * d.V;
   const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
   for (int v0 = 0; v0 < d.V; v0 += 64) {  // U0 = (Ainv diag(beta)) @ V, one 64-column tile at a time
-    if (v0) __syncthreads();               // every warp is done with the previous tile
+    if (v0) __syncthreads();              // every warp is done with the previous tile
     load_rows<kC, 64, kThreads>(sV, vb + v0, int64_t(d.HV) * d.V, t0, d.T, d.V - v0, nullptr);
     __syncthreads();  // the V tile (and, the first time, Ainv diag(beta)) complete
     float u[1][8][4];
@@ -139,72 +140,95 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a, Dims d
 // F3: the inter-chunk recurrence.
 
 template <int KT, int VS>
-struct ScanSmem {
+struct ForwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
-  static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;  // one prefetch stage: W, K, U0, raw g
-  static constexpr size_t kW = 0;                               // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;                          // + p kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kU0 = 2 * kKTile;                     // + p kBuf: bf16 [64][VS + 8]
-  static constexpr size_t kGraw = 2 * kKTile + kVTile;          // + p kBuf: f32 [64]
-  static constexpr size_t kS = 2 * kBuf;                        // bf16 [KT][VS + 8]: S_c
-  static constexpr size_t kUk = kS + size_t(KT) * (VS + 8) * 2; // bf16 [64][VS + 8]: kd .* U
+  static constexpr int kStages = 3;  // chunk buffers: the one computed and the next two in flight
+  static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;   // one prefetch stage: W, K, U0, raw g
+  static constexpr size_t kW = 0;                                // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;                           // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kU0 = 2 * kKTile;                      // + p kBuf: bf16 [64][VS + 8]
+  static constexpr size_t kGraw = 2 * kKTile + kVTile;           // + p kBuf: f32 [64]
+  static constexpr size_t kS = kStages * kBuf;                   // bf16 [KT][VS + 8]: S_c
+  static constexpr size_t kUk = kS + size_t(KT) * (VS + 8) * 2;  // bf16 [64][VS + 8]: kd .* U
   static constexpr size_t kBytes = kUk + kVTile;
 };
 
-struct ScanArgs {
-  const bf16x* k;           // (B, T, H, K)
-  const bf16x* W;           // (B, HV, NC, 64, K)
-  bf16x* U;                 // (B, HV, NC, 64, V): U0 in, U out
-  const float* g;           // (B, T, HV)
-  const float* S0;          // (B, HV, K, V) or null (zeros)
-  bf16x* S;                 // (B, HV, NC, K, V): S_c out
-  float* final_state;       // (B, HV, K, V) or null
+struct ForwardScanArgs {
+  const bf16x* k;      // (B, T, H, K)
+  const bf16x* W;      // (B, HV, NC, 64, K)
+  bf16x* U;            // (B, HV, NC, 64, V): U0 in, U out
+  const float* g;      // (B, T, HV)
+  const float* S0;     // (B, HV, K, V) or null (zeros)
+  bf16x* S;            // (B, HV, NC, K, V): S_c out
+  float* final_state;  // (B, HV, K, V) or null
 };
 
-// Grid (ceil(V / VS), B HV), kThreads; smem ScanSmem<KT, VS> (73 KiB at KT = VS = 64). Per chunk:
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kThreads; smem ForwardScanSmem<KT, VS>
+// (100 KiB at KT = VS = 64). Per chunk of the block's segment:
 //   -U = -U0 + W @ S           warp w: token rows [16w, 16w + 16), VS columns, reduction over KT
 //   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [w KT / 4, (w + 1) KT / 4), reduction over 64
-// The next chunk's W, K, U0 and g are copied (cp.async) while this one computes; each warp derives
-// the chunk's gates itself (a one-warp cumsum), so no barrier guards them.
+// The next two chunks' W, K, U0 and g are copied (cp.async) while this one computes: a chunk step (a
+// few dependent warp products) can be shorter than a global load under load, and with few blocks per
+// SM nothing else hides the wait. Each warp derives the chunk's gates itself (a one-warp cumsum), so
+// no barrier guards them. Pass 1 (seg.local) writes
+// no U and no snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
-  using L = ScanSmem<KT, VS>;
+__global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
+  using L = ForwardScanSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sS = reinterpret_cast<bf16x*>(smem + L::kS);
   bf16x* sUk = reinterpret_cast<bf16x*>(smem + L::kUk);
   auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
-  const int v0 = blockIdx.x * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg;
+  const int nseg = gridDim.z, s = blockIdx.z, vt = (d.V + VS - 1) / VS;
+  const bool phi = seg.local && int(blockIdx.x) >= vt;
+  if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == nseg - 1)) return;  // nothing the combine reads
+  const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
+            qh = j / d.hpg;
+  const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
   const bf16x* kb = a.k + (int64_t(b) * d.T * d.H + qh) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
   auto load_chunk = [&](int c, int p) {
     const int64_t z = int64_t(bh) * d.NC + c;
-    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
-                                             kC, d.K, tid);
-    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K,
-                                             c * kC, d.T, d.K, tid);
-    flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0,
-                                             d.V, 0, kC, d.V - v0, tid);
+    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0, kC,
+                                             d.K, tid);
+    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K, c * kC,
+                                             d.T, d.K, tid);
+    if (!phi)
+      flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0, d.V,
+                                               0, kC, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
 
+  const int64_t seg_at = int64_t(bh) * nseg + s;
   float S[MT2][NT][4];
-  load_state_fragments(S, a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr, d.K, d.V, v0, m2, lane);
+  if (phi)
+    identity_fragments(S, d.K, v0, m2, lane);
+  else
+    load_state_fragments(S,
+                         s == 0      ? (a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr)
+                         : seg.local ? nullptr
+                                     : seg.start + seg_at * d.K * d.V,
+                         d.K, d.V, v0, m2, lane);
   store_state(sS, S, m2, lane);
-  load_chunk(0, 0);
-  for (int c = 0; c < d.NC; ++c) {
-    const int p = c & 1;
-    flash::cp_async_wait<0>();
-    __syncthreads();  // chunk c's tiles and S_c (sS) are visible; every warp is done with buffer p ^ 1
-    if (c + 1 < d.NC) load_chunk(c + 1, p ^ 1);
+  load_chunk(c_begin, 0);
+  if (c_begin + 1 < c_end) load_chunk(c_begin + 1, 1);
+  for (int c = c_begin; c < c_end; ++c) {
+    const int p = (c - c_begin) % L::kStages;
+    if (c + 1 < c_end)
+      flash::cp_async_wait<1>();  // chunk c + 1's group may stay in flight
+    else
+      flash::cp_async_wait<0>();
+    __syncthreads();  // chunk c's tiles and S_c (sS) are visible; every warp is done with chunk c - 1's buffer
+    if (c + 2 < c_end) load_chunk(c + 2, (c + 2 - c_begin) % L::kStages);
     const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
     const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
     const bf16x* sU0 = reinterpret_cast<const bf16x*>(buf(p, L::kU0));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    store_tile<KT, VS, kThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
+    if (!seg.local) store_tile<KT, VS, kThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
     float kd[2];
@@ -215,7 +239,8 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        u[0][ni][e] = -__bfloat162float(sU0[(m0 + frag_row(lane, e)) * (VS + 8) + ni * 8 + frag_col(lane, e)]);
+        u[0][ni][e] =
+            phi ? 0.f : -__bfloat162float(sU0[(m0 + frag_row(lane, e)) * (VS + 8) + ni * 8 + frag_col(lane, e)]);
     warp_mma<1, NT, KT, false, false>(u, sW, KT + 8, m0, sS, VS + 8, 0, lane);
     bf16x* Uc = a.U + z * kC * d.V + v0;
 #pragma unroll
@@ -224,7 +249,8 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
         const float f = -kd[e / 2];
-        if (v0 + col < d.V) *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
+        if (!seg.local && v0 + col < d.V)
+          *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
         *reinterpret_cast<uint32_t*>(sUk + r * (VS + 8) + col) = pack_bf16(f * u[0][ni][e], f * u[0][ni][e + 1]);
       }
     __syncthreads();  // kd .* U complete; every warp is done reading S_c
@@ -234,25 +260,84 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ScanArgs a, Dims d) {
     store_state(sS, S, m2, lane);
   }
   flash::cp_async_wait<0>();
-  if (a.final_state) store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  if (phi)
+    store_state_fragments(S, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0, m2, lane);
+  else if (seg.local)
+    store_state_fragments(S, seg.end + seg_at * d.K * d.V, d.K, d.V, v0, m2, lane);
+  else if (a.final_state && s == nseg - 1)
+    store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Pass 2 of a segmented scan (ScanPlan): the true start of every segment.
+
+template <int KT, int VS>
+struct SegmentCombineSmem {
+  static constexpr size_t kPhi = size_t(KT) * (KT + 8) * 2, kX = size_t(KT) * (VS + 8) * 2;
+  static constexpr size_t kPhiHi = 0, kPhiLo = kPhi;          // bf16 [KT][KT + 8]: Phi_s, high and low parts
+  static constexpr size_t kXhi = 2 * kPhi, kXlo = kXhi + kX;  // bf16 [KT][VS + 8]: the running start
+  static constexpr size_t kBytes = kXlo + kX;
+};
+
+struct SegmentCombineArgs {
+  const float *end, *phi;  // (B HV, nseg, K, V), (B HV, nseg, K, K): pass 1's E and Phi
+  float* start;            // (B HV, nseg, K, V): the true start of each segment but the first
+  int nseg;
+  bool reverse;  // segments in decreasing order (the backward's reverse scan)
+};
+
+// Grid (ceil(V / VS), B HV), kThreads; smem SegmentCombineSmem<KT, VS>. X = E of the first segment, then
+// per following segment s: start_s = X, X = Phi_s X + E_s. The product runs on bf16 high and low parts
+// of Phi and X (split_bf16; the lo x lo term is below fp32 rounding), so the join adds no error beyond
+// what one chunk step of the scan does. Warp w owns state rows [w KT / 4, (w + 1) KT / 4).
+template <int KT, int VS>
+__global__ void __launch_bounds__(kThreads) segment_combine_kernel(SegmentCombineArgs a, Dims d) {
+  using L = SegmentCombineSmem<KT, VS>;
+  constexpr int NT = VS / 8, MT2 = KT / 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sPhiHi = reinterpret_cast<bf16x*>(smem + L::kPhiHi);
+  bf16x* sPhiLo = reinterpret_cast<bf16x*>(smem + L::kPhiLo);
+  bf16x* sXhi = reinterpret_cast<bf16x*>(smem + L::kXhi);
+  bf16x* sXlo = reinterpret_cast<bf16x*>(smem + L::kXlo);
+  const int v0 = blockIdx.x * VS, bh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, m2 = (tid / 32) * (KT / 4);
+  const int step = a.reverse ? -1 : 1, first = a.reverse ? a.nseg - 1 : 0, last = a.reverse ? 0 : a.nseg - 1;
+  auto at = [&](int s) { return int64_t(bh) * a.nseg + s; };
+  float X[MT2][NT][4];
+  load_state_fragments(X, a.end + at(first) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  for (int s = first + step;; s += step) {
+    store_state_fragments(X, a.start + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    if (s == last) break;
+    store_state_split(sXhi, sXlo, X, m2, lane);
+    const float* phi = a.phi + at(s) * d.K * d.K;
+    for (int e = tid; e < KT * KT; e += kThreads) {
+      const int r = e / KT, c = e % KT;
+      split_bf16(r < d.K && c < d.K ? phi[r * d.K + c] : 0.f, sPhiHi[r * (KT + 8) + c], sPhiLo[r * (KT + 8) + c]);
+    }
+    __syncthreads();  // Phi_s and X complete
+    load_state_fragments(X, a.end + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, sPhiHi, KT + 8, m2, sXhi, VS + 8, 0, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, sPhiLo, KT + 8, m2, sXhi, VS + 8, 0, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, sPhiHi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    __syncthreads();  // every warp is done with Phi_s and X
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
 // F4: the output.
 
 template <int KT>
-struct OutputSmem {
+struct ForwardOutputSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
-  static constexpr size_t kQ = 0;                                // bf16 [64][KT + 8]
-  static constexpr size_t kK = kQ + size_t(kC) * (KT + 8) * 2;   // bf16 [64][KT + 8]
-  static constexpr size_t kP = kK + size_t(kC) * (KT + 8) * 2;   // bf16 [64][kLd64]: scale L .* (Q @ K^T)
-  static constexpr size_t kS = kP + kTile;                       // bf16 [KT][kLd64]: S_c, one V tile
-  static constexpr size_t kU = kS + size_t(KT) * kLd64 * 2;      // bf16 [64][kLd64]: U, one V tile
-  static constexpr size_t kG = kU + kTile;                       // f32 [64]: G, then gam
+  static constexpr size_t kQ = 0;                               // bf16 [64][KT + 8]
+  static constexpr size_t kK = kQ + size_t(kC) * (KT + 8) * 2;  // bf16 [64][KT + 8]
+  static constexpr size_t kP = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [64][kLd64]: scale L .* (Q @ K^T)
+  static constexpr size_t kS = kP + kTile;                      // bf16 [KT][kLd64]: S_c, one V tile
+  static constexpr size_t kU = kS + size_t(KT) * kLd64 * 2;     // bf16 [64][kLd64]: U, one V tile
+  static constexpr size_t kG = kU + kTile;                      // f32 [64]: G, then gam
   static constexpr size_t kBytes = kG + 2 * kC * 4;
 };
 
-struct OutputArgs {
+struct ForwardOutputArgs {
   const bf16x *q, *k;  // (B, T, H, K)
   const float* g;      // (B, T, HV)
   const bf16x* U;      // (B, HV, NC, 64, V)
@@ -261,11 +346,11 @@ struct OutputArgs {
   float scale;
 };
 
-// Grid (NC, B HV), kThreads; smem OutputSmem<KT> (46 KiB at KT = 64). Warp w owns token rows
+// Grid (NC, B HV), kThreads; smem ForwardOutputSmem<KT> (46 KiB at KT = 64). Warp w owns token rows
 // [16w, 16w + 16) of every product; P stays in shared memory across the 64-column V tiles.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a, Dims d) {
-  using L = OutputSmem<KT>;
+__global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputArgs a, Dims d) {
+  using L = ForwardOutputSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem + L::kQ);
   bf16x* sK = reinterpret_cast<bf16x*>(smem + L::kK);
@@ -309,7 +394,8 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a, Dims d) 
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = v0 + ni * 8 + frag_col(lane, e), t = t0 + r;
         if (t < d.T && col < d.V)
-          *reinterpret_cast<uint32_t*>(ob + int64_t(t) * d.HV * d.V + col) = pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
+          *reinterpret_cast<uint32_t*>(ob + int64_t(t) * d.HV * d.V + col) =
+              pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
       }
   }
 }
@@ -319,20 +405,29 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a, Dims d) 
 // ---------------------------------------------------------------------------------------------------
 // Launchers.
 
-int scan_columns(const Dims& d, int device) {
-  const int64_t pairs = int64_t(d.B) * d.HV;
-  const int sms = chunk_mma::sm_count(device);
-  for (int vs : {64, 32})
-    if (pairs * ((d.V + vs - 1) / vs) >= sms) return vs;
-  return 16;
+void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
+                      cudaStream_t stream) {
+  visit_kt(d.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    visit_vs(p.vs, [&](auto vt) {
+      constexpr int VS = decltype(vt)::value;
+      const size_t smem = SegmentCombineSmem<KT, VS>::kBytes;
+      set_smem(segment_combine_kernel<KT, VS>, smem);
+      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
+      const SegmentCombineArgs a{end, phi, start, p.nseg, reverse};
+      segment_combine_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule segment_combine_kernel", grid, kThreads, smem);
+    });
+  });
 }
 
 size_t forward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    need = std::max({PrepareSmem<KT>::kBytes, ScanSmem<KT, 16>::kBytes, ScanSmem<KT, 32>::kBytes,
-                     ScanSmem<KT, 64>::kBytes, OutputSmem<KT>::kBytes});
+    need =
+        std::max({WyPrepareSmem<KT>::kBytes, ForwardScanSmem<KT, 16>::kBytes, ForwardScanSmem<KT, 32>::kBytes,
+                  ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes, SegmentCombineSmem<KT, 64>::kBytes});
   });
   return need;
 }
@@ -343,31 +438,36 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
   WyScratch w{Tensor::empty({d.B, d.HV, d.NC, kC, d.K}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev)};
-  const int vs = scan_columns(d, dev.index);
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
+    const ScanPlan plan = scan_plan(d, dev.index, [](int vs) {
+      size_t bytes = 0;
+      visit_vs(vs, [&](auto vt) { bytes = ForwardScanSmem<KT, decltype(vt)::value>::kBytes; });
+      return bytes;
+    });
     {
-      const size_t smem = PrepareSmem<KT>::kBytes;
-      set_smem(prepare_kernel<KT>, smem);
+      const size_t smem = WyPrepareSmem<KT>::kBytes;
+      set_smem(wy_prepare_kernel<KT>, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-      const PrepareArgs a{bp(k), bp(v), g.data<float>(), beta.data<float>(), bp_mut(w.W), bp_mut(w.U)};
-      prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule prepare_kernel", grid, kThreads, smem);
+      const WyPrepareArgs a{bp(k), bp(v), g.data<float>(), beta.data<float>(), bp_mut(w.W), bp_mut(w.U)};
+      wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule wy_prepare_kernel", grid, kThreads, smem);
     }
-    visit_vs(vs, [&](auto vt) {
+    visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
-      const size_t smem = ScanSmem<KT, VS>::kBytes;
-      set_smem(scan_kernel<KT, VS>, smem);
-      const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      const ScanArgs a{bp(k),
-                       bp(w.W),
-                       bp_mut(w.U),
-                       g.data<float>(),
-                       S0.defined() ? S0.data<float>() : nullptr,
-                       bp_mut(w.S),
-                       final_state.defined() ? final_state.data<float>() : nullptr};
-      scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule scan_kernel", grid, kThreads, smem);
+      const size_t smem = ForwardScanSmem<KT, VS>::kBytes;
+      set_smem(forward_scan_kernel<KT, VS>, smem);
+      const ForwardScanArgs a{bp(k),
+                              bp(w.W),
+                              bp_mut(w.U),
+                              g.data<float>(),
+                              S0.defined() ? S0.data<float>() : nullptr,
+                              bp_mut(w.S),
+                              final_state.defined() ? final_state.data<float>() : nullptr};
+      run_scan<VS>(plan, d, false, dev, stream, [&](dim3 grid, const SegmentArgs& seg) {
+        forward_scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, seg, d);
+        HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kThreads, smem);
+      });
     });
   });
   return w;
@@ -411,13 +511,13 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
   const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, r.final_state, d, stream);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const size_t smem = gdn::OutputSmem<KT>::kBytes;
-    gdn::set_smem(gdn::output_kernel<KT>, smem);
+    const size_t smem = gdn::ForwardOutputSmem<KT>::kBytes;
+    gdn::set_smem(gdn::forward_output_kernel<KT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    const gdn::OutputArgs a{gdn::bp(q),   gdn::bp(k), g.data<float>(), gdn::bp(w.U), gdn::bp(w.S), gdn::bp_mut(r.o),
-                            float(scale)};
-    gdn::output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule output_kernel", grid, gdn::kThreads, smem);
+    const gdn::ForwardOutputArgs a{gdn::bp(q),   gdn::bp(k),       g.data<float>(), gdn::bp(w.U),
+                                   gdn::bp(w.S), gdn::bp_mut(r.o), float(scale)};
+    gdn::forward_output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
+    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_output_kernel", grid, gdn::kThreads, smem);
   });
   return r;
 }

@@ -39,7 +39,7 @@ using std::min;
 
 namespace emu {
 
-constexpr size_t kSmemLimit = 232448;        // the opt-in shared memory of a Hopper block
+constexpr size_t kSmemLimit = 232448;  // the opt-in shared memory of a Hopper block
 constexpr size_t kFiberStack = 256 * 1024;
 
 struct Block {
@@ -111,7 +111,9 @@ inline void schedule(Block& b) {
     b.cur = t;
     swapcontext(&b.sched, &b.ctx[size_t(t)]);
   };
-  auto blocked = [&](int t) { return b.done[size_t(t)] || (b.at_barrier[size_t(t)] && b.bar_gen == b.wait_gen[size_t(t)]); };
+  auto blocked = [&](int t) {
+    return b.done[size_t(t)] || (b.at_barrier[size_t(t)] && b.bar_gen == b.wait_gen[size_t(t)]);
+  };
   const int nw = b.nthreads / 32;
   for (;;) {
     if (sched == "rr") {
@@ -170,9 +172,9 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 threads, size_t smem, cudaStre
           c.uc_stack.ss_size = kFiberStack;
           c.uc_link = &b.sched;
           makecontext(&c, reinterpret_cast<void (*)()>(+[]() {
-                        std::apply([](auto... x) { entry(x...); }, *tuple_args);
-                        block()->done[size_t(block()->cur)] = 1;
-                      }),
+            std::apply([](auto... x) { entry(x...); }, *tuple_args);
+            block()->done[size_t(block()->cur)] = 1;
+          }),
                       0);
         }
         schedule(b);

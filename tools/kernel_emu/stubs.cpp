@@ -1,5 +1,5 @@
 // The CUDA runtime calls the emulated launchers make, answered on the host: an H100's SM count and
-// opt-in shared memory, no streams, launches that cannot fail.
+// shared memory (opt-in per block, per SM), no streams, launches that cannot fail.
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/cuda_check.h"
@@ -7,7 +7,10 @@
 #include "core/error.h"
 
 extern "C" cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMultiProcessorCount ? 132 : a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448 : 0;
+  *v = a == cudaDevAttrMultiProcessorCount                ? 132
+       : a == cudaDevAttrMaxSharedMemoryPerBlockOptin     ? 232448
+       : a == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 233472
+                                                          : 0;
   return cudaSuccess;
 }
 

@@ -17,12 +17,12 @@ using namespace hyb;
 
 namespace {
 
-// q and k unit vectors per head (seeds seed, seed + 1), v (seed + 2), beta in [0.05, 0.95] (seed + 3;
+// q and k unit vectors per head (seeds seed, seed + 1), v (seed + 2), beta in [0.05, beta_hi] (seed + 3;
 // 0 on tokens 40..109 with zero_beta), g in [glo, ghi] (seed + 4) and with s0 an initial state (seed + 5).
 std::vector<Tensor> delta_inputs(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, bool s0, bool zero_beta,
-                                 uint64_t seed, double glo, double ghi) {
+                                 uint64_t seed, double glo, double ghi, double beta_hi = 0.95) {
   auto unit = [&](uint64_t s) { return l2norm_forward(random_tensor({B, T, H, K}, s), 1e-12, L2NormEps::clamp, nullptr); };
-  Tensor beta = uniform_tensor({B, T, HV}, seed + 3, 0.05, 0.95);
+  Tensor beta = uniform_tensor({B, T, HV}, seed + 3, 0.05, beta_hi);
   if (zero_beta) beta.narrow(1, 40, 70).copy_(Tensor::zeros({B, 70, HV}, DType::f64));
   std::vector<Tensor> in{unit(seed), unit(seed + 1), random_tensor({B, T, HV, V}, seed + 2), beta,
                          uniform_tensor({B, T, HV}, seed + 4, glo, ghi)};
@@ -66,31 +66,71 @@ TEST_CASE("gated_delta_rule on cuda matches the recurrent cpu reference, outputs
 TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and matches the recurrent cpu reference",
           "[gated_delta_rule][gpu]") {
   // Every tile configuration the fused path compiles: K padded to 64 or 128, and scan column tiles of
-  // 16, 32 and 64 (picked from B HV ceil(V / tile) against the 132 SMs of an H100 or H200, hence the 33
-  // and 66 heads). Also T below, at and around the chunk, a partial V tile (40), shared q/k heads
-  // (HV = 2H), an initial state, beta = 0 on a stretch, and weak decays (g near 0), under which the
-  // blocks of the triangular solve far from the diagonal matter as much as the near ones.
+  // 16, 32 and 64 (scan_plan's choice against the 132 SMs of an H100 or H200: 66 heads at B = 1, 2, 3
+  // take 16, 32 and 64 columns at K <= 64, 66 and 33 heads at K = 128 take 32 and 64). Also T below,
+  // at and around the chunk, a partial V tile (40), shared q/k heads (HV = 2H), an initial state,
+  // beta = 0 on a stretch, beta up to 2 (allow_neg_eigval), and weak decays (g near 0), under which
+  // the blocks of the triangular solve far from the diagonal matter as much as the near ones.
   struct Case {
     int64_t B, T, H, HV, K, V;
     bool s0, weak_decay, zero_beta;
+    double beta_hi = 0.95;
   };
   for (const Case& c : {Case{2, 200, 2, 2, 64, 64, true, true, false}, Case{1, 70, 1, 1, 128, 256, true, true, false},
                         Case{2, 37, 2, 4, 16, 16, false, false, false}, Case{1, 130, 2, 2, 32, 40, true, false, true},
                         Case{1, 63, 1, 2, 128, 40, true, true, false}, Case{1, 65, 66, 66, 32, 64, true, true, false},
-                        Case{2, 65, 66, 66, 24, 64, false, true, false}, Case{1, 70, 33, 66, 128, 40, true, true, false},
+                        Case{2, 65, 66, 66, 24, 64, false, true, false}, Case{3, 65, 66, 66, 32, 64, true, true, false},
+                        Case{1, 70, 33, 66, 128, 40, true, true, false},
                         Case{1, 70, 33, 33, 128, 256, true, true, false}, Case{3, 1, 1, 1, 8, 8, true, false, false},
-                        Case{1, 2, 2, 2, 64, 64, true, true, false}}) {
+                        Case{1, 2, 2, 2, 64, 64, true, true, false}, Case{2, 130, 2, 4, 16, 16, true, true, false, 1.95}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")
-                         << (c.zero_beta ? " beta 0 on tokens 40..109" : "")) {
+                         << (c.zero_beta ? " beta 0 on tokens 40..109" : "") << " beta up to " << c.beta_hi) {
 #if HYBRID_CUDA  // the fused kernels exist only in a CUDA build; the [gpu] tests run only there
       const Tensor probe = Tensor::zeros({c.B, c.T, c.H, c.K}, DType::bf16, Device::cuda(0));
       REQUIRE(gated_delta_rule_fused_supported(probe, GatedDeltaDims{c.B, c.T, c.H, c.HV, c.K, c.V, c.HV / c.H}));
 #endif
       const double glo = c.weak_decay ? -0.05 : -0.6, ghi = c.weak_decay ? -0.001 : -0.02;
-      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, c.s0, c.zero_beta, 21, glo, ghi);
+      const std::vector<Tensor> in =
+          delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, c.s0, c.zero_beta, 21, glo, ghi, c.beta_hi);
       ParityOptions opt;
       opt.f32 = false;  // f32 runs the toolkit sequence, checked by the case above
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, c.s0); }, in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs the segmented scans and matches the "
+          "recurrent cpu reference",
+          "[gated_delta_rule][gpu]") {
+  // Few (b, value head) pairs and many chunks: the scans split the chunks into segments (scan_plan in
+  // gated_delta_rule_cuda.cuh). The plans on a 132-SM GPU (forward and reverse scan): K = V = 64 with
+  // B HV = 2, 16-column tiles in 11 segments of 6 chunks, the last of 5 ending in a partial chunk (37
+  // tokens); 16 heads, 64-column tiles in 9 segments of 8, the last of 1; the NAtS-L head shape (K 128,
+  // V 256, 6 heads) 64-column tiles in 5 segments of 13, Phi over two column tiles; HV = 2H,
+  // 10 segments of 7; K = 32 with V = 16 and with V = 24 (a partial tile), 5 segments of 5, two Phi
+  // tiles. Strong and weak decays: under weak ones the state carries across many segments, so a wrong
+  // segment start shows.
+  struct Case {
+    int64_t B, T, H, HV, K, V;
+    bool s0, weak_decay;
+  };
+  for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, true, true}, Case{1, 4096 + 37, 2, 2, 64, 64, false, false},
+                        Case{1, 4096 + 37, 16, 16, 64, 64, true, true}, Case{1, 4096 + 37, 6, 6, 128, 256, true, true},
+                        Case{1, 64 * 70, 1, 2, 64, 64, true, true},
+                        Case{2, 1600, 1, 1, 32, 16, true, true}, Case{1, 1600, 1, 2, 32, 24, false, true}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                         << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")) {
+#if HYBRID_CUDA
+      const Tensor probe = Tensor::zeros({c.B, c.T, c.H, c.K}, DType::bf16, Device::cuda(0));
+      REQUIRE(gated_delta_rule_fused_supported(probe, GatedDeltaDims{c.B, c.T, c.H, c.HV, c.K, c.V, c.HV / c.H}));
+#endif
+      const double glo = c.weak_decay ? -0.05 : -0.6, ghi = c.weak_decay ? -0.001 : -0.02;
+      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, c.s0, false, 31, glo, ghi);
+      ParityOptions opt;
+      opt.f32 = false;
       auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, c.s0); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
