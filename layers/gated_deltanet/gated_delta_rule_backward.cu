@@ -1,7 +1,7 @@
 // The fused bf16 CUDA backward of the gated delta rule (gated_deltanet.md 4.4), mma.sync m16n8k16 on
 // bf16 shared-memory tiles with fp32 accumulation, chunks of 64 tokens:
 //   stage 0                      run_wy (gated_delta_rule_forward.cu): W, U and the chunk-start states
-//                                S_c again;
+//                                S_c again, unless the forward kept them (GatedDeltaParams::save_chunk_states);
 //   backward_scan_kernel         stage 1, sequential over the chunks in reverse per (b, value head, VS
 //                                columns), D (K x VS) in fp32 registers: dU = scale P^T @ dO + kd .* (K @ D),
 //                                D <- gam_n D + scale (gam .* Q)^T @ dO - W^T @ dU, with P = L .* (Q @ K^T)
@@ -608,7 +608,7 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   if (!stage23 && !out.dS0.defined()) return out;
 
   // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
-  const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
+  const gdn::WyScratch w = sv.chunks.W.defined() ? sv.chunks : gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;

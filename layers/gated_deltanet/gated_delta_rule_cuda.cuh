@@ -365,12 +365,9 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
   launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
 }
 
-// What the prepare kernel and the forward scan leave for the output kernel and the backward.
-struct WyScratch {
-  Tensor W;  // (B, HV, NC, 64, K) bf16: Ainv @ (beta gam .* K)
-  Tensor U;  // (B, HV, NC, 64, V) bf16: Ainv @ (beta .* V) = U0, replaced in place by U = U0 - W @ S_c
-  Tensor S;  // (B, HV, NC, K, V) bf16: S_c
-};
+// What the prepare kernel and the forward scan leave for the output kernel and the backward (U is
+// written as U0 = Ainv @ (beta .* V) first and replaced in place by the scan).
+using WyScratch = GatedDeltaChunkScratch;
 
 // F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and
 // f32 g, beta, S0: W, U and the chunk-start states, the final state into final_state when it is defined (f32 (B, HV, K,

@@ -498,7 +498,7 @@ bool gated_delta_rule_fused_supported(const Tensor& q, const GatedDeltaDims& d) 
 
 GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0,
                                                  const Tensor& beta0, const Tensor& g0, const Tensor& S00,
-                                                 double scale) {
+                                                 double scale, GatedDeltaChunkScratch* keep) {
   const GatedDeltaDims gd = gated_delta_rule_dims("gated_delta_rule_forward", q0, k0, v0, beta0, g0, S00);
   const Tensor q = chunk_mma::rows16(q0), k = chunk_mma::rows16(k0), v = chunk_mma::rows16(v0);
   const Tensor beta = beta0.contiguous(), g = g0.contiguous();
@@ -519,6 +519,7 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
     gdn::forward_output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
     HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_output_kernel", grid, gdn::kThreads, smem);
   });
+  if (keep) *keep = w;
   return r;
 }
 

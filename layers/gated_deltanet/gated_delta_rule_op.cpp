@@ -52,19 +52,22 @@ GatedDeltaOutputs gated_delta_rule_forward(const Tensor& q, const Tensor& k, con
   if (q.is_cuda()) {
     HYB_CHECK(q.dtype() != DType::f64, "gated_delta_rule_forward: the CUDA path computes on f32 or bf16, got f64");
 #if HYBRID_CUDA
+    GatedDeltaChunkScratch chunks;
     GatedDeltaOutputs r = d.T == 1 ? gated_delta_rule_decode_cuda(q, k, v, beta, g, S0, scale)
                           : gated_delta_rule_fused_supported(q, d)
-                              ? gated_delta_rule_forward_fused(q, k, v, beta, g, S0, scale)
+                              ? gated_delta_rule_forward_fused(q, k, v, beta, g, S0, scale,
+                                                               saved && p.save_chunk_states ? &chunks : nullptr)
                               : gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
 #else
+    GatedDeltaChunkScratch chunks;
     GatedDeltaOutputs r = gated_delta_rule_forward_kernels(q, k, v, beta, g, S0, scale);
 #endif
-    if (saved) *saved = {q, k, v, beta, g, S0, p};
+    if (saved) *saved = {q, k, v, beta, g, S0, p, chunks};
     return r;
   }
   GatedDeltaOutputs r = p.chunk_size > 0 ? gated_delta_rule_chunked_forward_cpu(q, k, v, beta, g, S0, scale, p.chunk_size)
                                          : gated_delta_rule_forward_cpu(q, k, v, beta, g, S0, scale);
-  if (saved) *saved = {q, k, v, beta, g, S0, p};
+  if (saved) *saved = {q, k, v, beta, g, S0, p, {}};
   return r;
 }
 

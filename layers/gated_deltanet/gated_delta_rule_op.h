@@ -17,6 +17,18 @@ namespace hyb {
 struct GatedDeltaParams {
   std::optional<double> scale;  // unset -> 1/sqrt(K)
   int64_t chunk_size = 0;       // 0: the recurrent form; C > 0: the chunked form with chunks of C tokens
+  // The fused bf16 CUDA path keeps its forward's per-chunk W, U and chunk-start states for the
+  // backward (GatedDeltaChunkScratch) instead of rebuilding them there; false trades that memory for
+  // the rebuild (one W/U prepare and one forward scan, about a third of the fwd+bwd time measured).
+  bool save_chunk_states = true;
+};
+
+// What the fused bf16 forward computes per chunk of 64 tokens and its backward reads again
+// (gated_deltanet.md 4.3-4.5): 3 x 67 MB per layer at B T = 32768, HV 16, K = V = 64.
+struct GatedDeltaChunkScratch {
+  Tensor W;  // (B, HV, NC, 64, K) bf16: Ainv @ (beta gam .* K)
+  Tensor U;  // (B, HV, NC, 64, V) bf16: U = Ainv @ (beta .* V) - W @ S_c
+  Tensor S;  // (B, HV, NC, K, V) bf16: the chunk-start states S_c
 };
 
 struct GatedDeltaDims {
@@ -37,9 +49,10 @@ struct GatedDeltaSaved {  // exactly what gated_delta_rule_backward reads
   Tensor beta, g;         // (B, T, HV)
   Tensor S0;              // (B, HV, K, V) or undefined (zeros)
   GatedDeltaParams params;
-  // Not saved: the states, T x K x V per head. The recurrent backward recomputes them from
+  GatedDeltaChunkScratch chunks;  // the fused CUDA path's, with params.save_chunk_states; else undefined
+  // Not saved otherwise: the states, T x K x V per head. The recurrent backward recomputes them from
   // checkpoints every kGatedDeltaCheckpoint tokens (I - beta k k^T is singular at beta = 1, so the
-  // recurrence cannot be run backwards); the chunked one recomputes the chunk-start states.
+  // recurrence cannot be run backwards); the chunked ones recompute the chunk-start states.
 };
 
 struct GatedDeltaGrads {
@@ -86,8 +99,10 @@ GatedDeltaGrads gated_delta_rule_backward_kernels(const GatedDeltaSaved& s, cons
 // tiles fit);
 // otherwise the toolkit sequence above runs. HYBRID_GDN_FUSED=0 in the environment turns it off.
 bool gated_delta_rule_fused_supported(const Tensor& q, const GatedDeltaDims& d);
+// keep, when not null, receives the per-chunk scratch for the backward.
 GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
-                                                 const Tensor& g, const Tensor& S0, double scale);
+                                                 const Tensor& g, const Tensor& S0, double scale,
+                                                 GatedDeltaChunkScratch* keep);
 GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                                 GradMask needed);
 // The one-token forward on CUDA (gated_delta_rule_decode.cu): one kernel on the state, the decode step.

@@ -79,8 +79,8 @@ void run_gdn(const GdnCase& c) {
   const Tensor qb = as(q, DType::bf16), kb = as(k, DType::bf16), vb = as(v, DType::bf16);
   const Tensor beta32 = as(beta, DType::f32), g32 = as(g, DType::f32), S032 = as(S0, DType::f32);
   const GatedDeltaOutputs got =
-      gated_delta_rule_forward_fused(qb, kb, vb, beta32, g32, S032, 1.0 / std::sqrt(double(c.K)));
-  const GatedDeltaSaved s{qb, kb, vb, beta32, g32, S032, p};
+      gated_delta_rule_forward_fused(qb, kb, vb, beta32, g32, S032, 1.0 / std::sqrt(double(c.K)), nullptr);
+  const GatedDeltaSaved s{qb, kb, vb, beta32, g32, S032, p, {}};
   const GatedDeltaGrads gg =
       gated_delta_rule_backward_fused(s, as(dout, DType::bf16), as(dfinal, DType::f32), GradMask{63});
   check("o", got.o, ref.o);
@@ -102,6 +102,16 @@ void run_gdn(const GdnCase& c) {
                     (!S0.defined() || rel_error(only_ds0.dS0, gg.dS0) == 0) && !only_ds0.dq.defined();
   all_ok = all_ok && same;
   std::printf("  partial gradient masks give the same values: %s\n", same ? "yes" : "NO  FAIL");
+  // The chunk scratch the forward keeps must be what the backward would rebuild.
+  GatedDeltaSaved kept = s;
+  gated_delta_rule_forward_fused(qb, kb, vb, beta32, g32, S032, 1.0 / std::sqrt(double(c.K)), &kept.chunks);
+  const GatedDeltaGrads gk =
+      gated_delta_rule_backward_fused(kept, as(dout, DType::bf16), as(dfinal, DType::f32), GradMask{63});
+  const bool same_kept = rel_error(gk.dq, gg.dq) == 0 && rel_error(gk.dk, gg.dk) == 0 &&
+                         rel_error(gk.dv, gg.dv) == 0 && rel_error(gk.dbeta, gg.dbeta) == 0 &&
+                         rel_error(gk.dg, gg.dg) == 0 && (!S0.defined() || rel_error(gk.dS0, gg.dS0) == 0);
+  all_ok = all_ok && same_kept;
+  std::printf("  the kept chunk scratch gives the same gradients: %s\n", same_kept ? "yes" : "NO  FAIL");
 }
 
 void run_simple_gla(int64_t B, int64_t T, int64_t Gq, int64_t H, int64_t K, int64_t V) {

@@ -43,7 +43,7 @@ TEST_CASE("the gated_delta_rule kernel sequence run on the cpu equals the recurr
       const double scale = 1.0 / std::sqrt(double(c.K));
       const GatedDeltaOutputs got =
           gated_delta_rule_forward_kernels(to_f32(q), to_f32(k), to_f32(v), to_f32(beta), to_f32(g), to_f32(S0), scale);
-      const GatedDeltaSaved s{to_f32(q), to_f32(k), to_f32(v), to_f32(beta), to_f32(g), to_f32(S0), p};
+      const GatedDeltaSaved s{to_f32(q), to_f32(k), to_f32(v), to_f32(beta), to_f32(g), to_f32(S0), p, {}};
       const GatedDeltaGrads got_g = gated_delta_rule_backward_kernels(s, to_f32(dout), to_f32(dfinal), GradMask{63});
       check_state_op_close(got, got_g, ref, ref_g, 2e-5);
       check_close_if_defined("dbeta", got_g.dbeta, ref_g.dbeta, 2e-5);
