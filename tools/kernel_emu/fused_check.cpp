@@ -7,9 +7,10 @@
 //   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay
 //   fused_check gsa         gsa (o, final memories, lse, every gradient): GQA, T off the chunk, M below
 //                           the slot tile, chunks on both sides of the mid-reference guard
-//   fused_check nha         the nha forward (o, final memories, joint lse; its backward is slot
-//                           attention's): T off the chunk and below the window, GQA, initial memories,
-//                           strong decays, windows 1..64, shift apart from the window, RoPE and bias
+//   fused_check nha         the nha forward (o, final memories, joint lse) and the slot side of its
+//                           backward (dq, dk of the slots, ds, dg, initial memories; the window side is
+//                           slot attention's): T off the chunk and below the window, GQA, initial
+//                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -255,6 +256,20 @@ void run_nha(const NhaCase& c) {
   check("HK", got.HK, ref.HK);
   check("HV", got.HV, ref.HV);
   check("lse", got.lse, joint_lse(q, k, s, g, Hk0, *p.scale, {qr, kr, bias, window, shift}));
+  // The reference with the window's q, k apart gives the slots' dq, dk on their own.
+  const Tensor dout = rounded(random_tensor({c.B, c.T, c.Hq, c.V}, 49), DType::bf16);
+  const Tensor dHK = rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 50, DType::f64, 0.5), DType::f32);
+  const Tensor dHV = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 51, DType::f64, 0.5), DType::f32);
+  const NhaSaved rs{q, k, v, s, g, Hk0, Hv0, bias, q, k, p, Tensor(), Tensor()};
+  const NhaGrads rg = nha_backward_cpu(rs, dout, dHK, dHV, GradMask{1023});
+  const GsaGrads fg = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
+                                              as(dHV, DType::f32));
+  check("dq", fg.dq, rg.dq);
+  check("dk", fg.dk, rg.dk);
+  check("ds", fg.ds, rg.ds);
+  check("dg", fg.dg, rg.dg);
+  check("dHK0", fg.dHk0, rg.dHK0);
+  check("dHV0", fg.dHv0, rg.dHV0);
 }
 
 }  // namespace
