@@ -7,7 +7,9 @@
 //      is the memory at the start of chunk c and slot NC the final one.
 //   F2 gsa_forward_output_kernel, grid (NC, B Hq): A1 = scale tril(Q Kc^T), Z = scale (Q HkS) .* Dec + Zi,
 //      the slot softmax in registers (a row's slots live in one lane quad), lse, A2 and
-//      O = (P .* Dec) HvS + A2 Vc.
+//      O = (P .* Dec) HvS + A2 Vc. Its kWin instantiation is nha's output kernel (layers/nha/nha_fused.h):
+//      the window logits of the tile's queries over the previous chunk's keys and its own join the
+//      slots' in the one softmax, and O += Pw Vw.
 // Gated products (gsa.md 4.1 rule 3). Fast path, when the chunk's decay range max_m (max_i b - min_i b,
 // over its rows and the chunk start) is at most 60: one reference ref[m] = the middle of that range, so
 // exp(b_i - b_j) = exp(b_i - ref) exp(ref - b_j) with both factors in [e^-30, e^30], and
