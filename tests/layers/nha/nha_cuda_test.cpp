@@ -8,7 +8,7 @@
 // windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
 // NHA mixer decoding on CUDA (the decode kernel on the slots and a ring of w tokens, after a parallel
 // prefill or from the first token) equals its parallel forward in every ablation that changes the op
-// calls. The fused bf16 forward (window <= 64) on its own cases.
+// calls. The fused bf16 path (window <= 64) on its own cases.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -172,11 +172,12 @@ TEST_CASE("nha on cuda matches the cpu reference over several query tiles of the
   }
 }
 
-TEST_CASE("nha fused bf16 forward (window <= 64) matches the recurrent cpu reference, outputs and every gradient",
+TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu reference, outputs and every gradient",
           "[nha][gpu]") {
-  // bf16 without omega_L and 1 <= window <= 64 takes layers/nha/nha_fused.h (its backward is the slot
-  // attention one, on the fused forward's o and lse): T below the window and off the chunk, GQA, strong
-  // gates past the mid-reference guard, shift apart from the window, head dims up to 128.
+  // bf16 without omega_L and 1 <= window <= 64 takes layers/nha/nha_fused.h (the slot side of the
+  // backward on gsa's fused kernels, the window side on slot attention's): T below the window and off
+  // the chunk, GQA, strong gates past the mid-reference guard, shift apart from the window, head dims
+  // up to 128.
   struct Case {
     int64_t B, T, Hq, Hkv, D, Dv, M, window, shift;
     bool rope, states, bias;
