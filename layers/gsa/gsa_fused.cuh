@@ -135,6 +135,25 @@ struct States {
 States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
                       const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream);
 
+// The inputs of the output kernel F2. With a window (nha, window >= 1): the slot side (k, v, s, g) is the
+// token stream shifted by nha's shift, and the window keys of query t are t - window < j <= t, read from
+// qr, kr (RoPE'd or not) and vw (the unshifted v), their logits scale <qr_t, kr_j> + bias[h, t - j] in the
+// slots' softmax; window <= kC.
+struct ForwardArgs {
+  const bf16x *q, *k, *v;
+  const float *s, *g;
+  const float *Hk, *Hv;  // states (B Hkv, NC + 1, K, M), (B Hkv, NC + 1, M, V): slot c = the chunk start
+  bf16x* o;
+  float* lse;
+  float scale;
+  const bf16x *qr = nullptr, *kr = nullptr, *vw = nullptr, *bias = nullptr;  // bias (Hq, nb) or null
+  int window = 0, nb = 0;
+};
+// F2 over every (chunk, query head); a.window > 0 takes the windowed instantiation.
+void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream);
+// Shared memory of F1 and of F2 without or with the window at these head dims.
+size_t forward_smem_bytes(int64_t K, int64_t V, bool window);
+
 // The chunk scan over states (B Hkv, NC + 1, ...) with slot-wise factors decay: forward, slot c + 1 +=
 // decay_c slot c; reverse, slot c += decay_c slot c + 1. cols: K for Hk (decay along the columns), V for
 // Hv (along the rows).

@@ -21,7 +21,9 @@ GsaFusedOut gsa_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& Hk0, const Tensor& Hv0, double scale);
 // dq, dk, dv in bf16, ds, dg and the initial-memory gradients in f32. saved.lse: the fused forward's (if
 // undefined, the forward runs again for it). dHk, dHv: final-memory gradients (f32) or undefined.
+// delta: (B, T, Hq) f32 contiguous rowsum(dO .* O) when the slots share their softmax with other logits
+// (nha's window; saved.lse is then the joint one), else undefined (the slots' own rowsum(P .* dP)).
 GsaGrads gsa_backward_fused(const GsaSaved& saved, const Tensor& dout, const Tensor& dHk, const Tensor& dHv,
-                            GradMask needed);
+                            GradMask needed, const Tensor& delta = Tensor());
 
 }  // namespace hyb

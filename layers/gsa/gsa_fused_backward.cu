@@ -102,6 +102,7 @@ struct BackwardArgs {
   bf16x *dq, *dk, *dv;
   float *ds, *dg;
   float scale;
+  const float* delta = nullptr;  // (B, T, Hq) rowsum(dO .* O) of a larger softmax (nha), or null: the slots'
 };
 
 // bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them.
@@ -238,17 +239,25 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     // P = exp(Z - lse) (0 on padded slots), delta = rowsum(P .* dP), dZ = P .* (dP - delta); then z holds
     // dZ and dp holds P.
     float delta[2] = {0.f, 0.f};
+    if (a.delta) {
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
-        delta[e / 2] += (m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f) * dp[0][ni][e];
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = m0 + lane / 4 + 8 * hh;
+        delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
       }
+    } else {
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 1);
-      delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 2);
+      for (int ni = 0; ni < kMT / 8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          delta[e / 2] += (m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f) * dp[0][ni][e];
+        }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 1);
+        delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 2);
+      }
     }
 #pragma unroll
     for (int ni = 0; ni < kMT / 8; ++ni) {
@@ -469,7 +478,7 @@ size_t backward_smem_bytes(int64_t K, int64_t V) {
 using namespace gsa_fused;
 
 GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tensor& dHk, const Tensor& dHv,
-                            GradMask needed) {
+                            GradMask needed, const Tensor& delta) {
   const GsaDims gd = gsa_dims("gsa_backward", sv.q, sv.k, sv.v, sv.s, sv.g, sv.Hk0, sv.Hv0);
   const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
   const Tensor s = sv.s.contiguous(), g = sv.g.contiguous();
@@ -493,7 +502,8 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   r.dg = Tensor::empty(sv.g.shape(), DType::f32, dev);
   BackwardArgs a{bp(q),       bp(k),       bp(v),        bp(dout),    s.data<float>(), g.data<float>(),
                  lse.data<float>(), st.Hk.data(), st.Hv.data(), Dk.data(), Dv.data(),    bp_mut(r.dq),
-                 bp_mut(r.dk), bp_mut(r.dv), r.ds.data<float>(), r.dg.data<float>(), float(scale)};
+                 bp_mut(r.dk), bp_mut(r.dv), r.ds.data<float>(), r.dg.data<float>(), float(scale),
+                 delta.defined() ? delta.data<float>() : nullptr};
   const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;

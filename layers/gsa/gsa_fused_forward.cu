@@ -7,7 +7,9 @@
 //      is the memory at the start of chunk c and slot NC the final one.
 //   F2 gsa_forward_output_kernel, grid (NC, B Hq): A1 = scale tril(Q Kc^T), Z = scale (Q HkS) .* Dec + Zi,
 //      the slot softmax in registers (a row's slots live in one lane quad), lse, A2 and
-//      O = (P .* Dec) HvS + A2 Vc.
+//      O = (P .* Dec) HvS + A2 Vc. Its kWin instantiation is nha's output kernel (layers/nha/nha_fused.h):
+//      the window logits of the tile's queries over the previous chunk's keys and its own join the
+//      slots' in the one softmax, and O += Pw Vw.
 // Gated products (gsa.md 4.1 rule 3). Fast path, when the chunk's decay range max_m (max_i b - min_i b,
 // over its rows and the chunk start) is at most 60: one reference ref[m] = the middle of that range, so
 // exp(b_i - b_j) = exp(b_i - ref) exp(ref - b_j) with both factors in [e^-30, e^30], and
@@ -148,17 +150,9 @@ __global__ void __launch_bounds__(256) gsa_state_scan_kernel(float* __restrict__
   }
 }
 
-struct ForwardArgs {
-  const bf16x *q, *k, *v;
-  const float *s, *g;
-  const float *Hk, *Hv;  // states (B Hkv, NC + 1, K, M), (B Hkv, NC + 1, M, V): slot c = the chunk start
-  bf16x* o;
-  float* lse;
-  float scale;
-};
-
-// F2. Grid (NC, B Hq).
-template <int KT, int VT>
+// F2. Grid (NC, B Hq). kWin (nha): the window keys of the tile's queries are the previous chunk and this
+// one (window <= kC); their logits join the slot logits before the softmax and P_win Vw joins O.
+template <int KT, int VT, bool kWin>
 __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArgs a, Dims d) {
   static_assert(KT >= kMT, "the P tile reuses the rows of the Q tile");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -173,6 +167,12 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   float* sS = sB + kC * kLdF;                                  // [64][kLdF]
   float* sRef = sS + kC * kLdF;                                // [kMT] (sLo, then the reference)
   float* sHi = sRef + kMT;                                     // [kMT] (sHi, then the scale exp(ref))
+  float* sBias = sHi + kMT;                                    // [kC] kWin: bias[h, dist]
+  bf16x* sQr = reinterpret_cast<bf16x*>(sBias + kC);           // kWin: [64][KT + 8]
+  bf16x* sKr = sQr + kC * (KT + 8);                            // kWin: [128][KT + 8], previous chunk first
+  bf16x* sVw = sKr + 2 * kC * (KT + 8);                        // kWin: [128][VT + 8]
+  bf16x* sPw = sVw + 2 * kC * (VT + 8);                        // kWin: [64][kLdW] window probabilities
+  constexpr int kLdW = 2 * kC + 8;
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq, j = h / d.G, t0 = c * kC;
   const int n = min(kC, d.T - t0), bj = b * d.Hkv + j;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
@@ -183,6 +183,23 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
                               nullptr);
   const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
+  if constexpr (kWin) {
+    const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
+    load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                                nullptr);
+    load_rows<kC, KT, kThreads>(sKr + kC * (KT + 8), a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K, nullptr);
+    load_rows<kC, VT, kThreads>(sVw + kC * (VT + 8), a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V, nullptr);
+    if (c > 0) {
+      load_rows<kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
+      load_rows<kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
+    } else {  // no previous chunk: zeros, so that the masked products stay 0 (not 0 * NaN)
+      for (int x = threadIdx.x; x < kC * (KT + 8) / 2; x += kThreads) reinterpret_cast<uint32_t*>(sKr)[x] = 0u;
+      for (int x = threadIdx.x; x < kC * (VT + 8) / 2; x += kThreads) reinterpret_cast<uint32_t*>(sVw)[x] = 0u;
+    }
+    if (threadIdx.x < kC)
+      sBias[threadIdx.x] =
+          a.bias && threadIdx.x < a.window ? __bfloat162float(a.bias[int64_t(h) * a.nb + threadIdx.x]) : 0.f;
+  }
   load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sHi);
   float range = 0.f;
   for (int m = 0; m < kMT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
@@ -274,7 +291,36 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       if (ni * 8 + frag_col(lane, e) >= d.M) z[0][ni][e] = -INFINITY;
       mx[e / 2] = fmaxf(mx[e / 2], z[0][ni][e]);
     }
+  // kWin: the window logits of the rows, key column x = key t0 - kC + x at distance r + kC - x from row r.
+  float wl[1][kWin ? 2 * kC / 8 : 2][4];
+  if constexpr (kWin) {
+    zero(wl);
+    warp_mma<1, 2 * kC / 8, KT, false, true>(wl, sQr, KT + 8, m0, sKr, KT + 8, 0, lane);
+#pragma unroll
+    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), x = ni * 8 + frag_col(lane, e), dist = r + kC - x;
+        const bool in = dist >= 0 && dist < a.window && (c > 0 || x >= kC);
+        wl[0][ni][e] = in ? a.scale * wl[0][ni][e] + sBias[in ? dist : 0] : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], wl[0][ni][e]);
+      }
+  }
   float sum[2] = {0.f, 0.f};
+  if constexpr (kWin) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+    }
+#pragma unroll
+    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        wl[0][ni][e] = __expf(wl[0][ni][e] - mx[e / 2]);
+        sum[e / 2] += wl[0][ni][e];
+      }
+  }
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
@@ -297,6 +343,15 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   for (int ni = 0; ni < kMT / 8; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) z[0][ni][e] *= inv[e / 2];
+  if constexpr (kWin)
+#pragma unroll
+    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + frag_row(lane, e), x = ni * 8 + frag_col(lane, e);
+        *reinterpret_cast<uint32_t*>(sPw + r * kLdW + x) =
+            pack_bf16(wl[0][ni][e] * inv[e / 2], wl[0][ni][e + 1] * inv[e / 2]);
+      }
   if (lane % 4 == 0)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -353,6 +408,10 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   warp_mma<1, VT / 8, kMT, false, false>(o, sX, kLdX, m0, sHv, VT + 8, 0, lane);
   for (int k0 = 0; k0 <= m0; k0 += 16)  // A2 is zero right of the diagonal block
     warp_mma<1, VT / 8, 16, false, false>(o, sA + k0, kLdA, m0, sV + k0 * (VT + 8), VT + 8, 0, lane);
+  if constexpr (kWin) {  // the warp wrote its sPw rows before the A2 barrier above
+    if (c > 0) warp_mma<1, VT / 8, kC, false, false>(o, sPw, kLdW, m0, sVw, VT + 8, 0, lane);
+    warp_mma<1, VT / 8, kC, false, false>(o, sPw + kC, kLdW, m0, sVw + kC * (VT + 8), VT + 8, 0, lane);
+  }
   bf16x* ob = a.o + (int64_t(b) * d.T * d.Hq + h) * d.V;
 #pragma unroll
   for (int ni = 0; ni < VT / 8; ++ni)
@@ -368,14 +427,40 @@ template <int KT, int VT>
 size_t state_smem() {
   return size_t(kC * (KT + 8) + kC * (VT + 8) + kC * kLdM) * 2 + size_t(2 * kC * kLdF) * sizeof(float);
 }
-template <int KT, int VT>
+template <int KT, int VT, bool kWin>
 size_t output_smem() {
   const size_t tiles = size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdA +
                               kSwRows * kLdM) * 2;
-  return tiles + size_t(2 * kC * kLdF + 2 * kMT) * sizeof(float);
+  const size_t window = size_t(3 * kC * (KT + 8) + 2 * kC * (VT + 8) + kC * (2 * kC + 8)) * 2 + kC * sizeof(float);
+  return tiles + size_t(2 * kC * kLdF + 2 * kMT) * sizeof(float) + (kWin ? window : 0);
 }
 
 }  // namespace
+
+size_t forward_smem_bytes(int64_t K, int64_t V, bool window) {
+  size_t need = 0;
+  visit_tiles(K, V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    need = std::max(state_smem<KT, VT>(), window ? output_smem<KT, VT, true>() : output_smem<KT, VT, false>());
+  });
+  return need;
+}
+
+void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream) {
+  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+    auto go = [&](auto kernel, size_t smem) {
+      set_smem(kernel, smem);
+      const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hq));
+      kernel<<<grid, kThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid, kThreads, smem);
+    };
+    if (a.window > 0)
+      go(gsa_forward_output_kernel<KT, VT, true>, output_smem<KT, VT, true>());
+    else
+      go(gsa_forward_output_kernel<KT, VT, false>, output_smem<KT, VT, false>());
+  });
+}
 
 void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
                 cudaStream_t stream) {
@@ -428,11 +513,7 @@ bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
   if (d.K > 128 || d.V > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.M > kMT) return false;
   if (d.B * d.Hq > 65535) return false;  // gridDim.y of F2
-  size_t need = 0;
-  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
-    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    need = std::max({state_smem<KT, VT>(), output_smem<KT, VT>(), backward_smem_bytes(d.K, d.V)});
-  });
+  const size_t need = std::max(forward_smem_bytes(d.K, d.V, false), backward_smem_bytes(d.K, d.V));
   return need <= size_t(max_smem(q.device().index));
 }
 
@@ -450,16 +531,9 @@ GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& 
                 Tensor::empty({gd.B, gd.Hkv, gd.M, gd.V}, DType::f32, dev),
                 Tensor::empty({gd.B, gd.T, gd.Hq}, DType::f32, dev)};
   const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);
-  visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
-    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    const size_t smem = output_smem<KT, VT>();
-    set_smem(gsa_forward_output_kernel<KT, VT>, smem);
-    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hq));
-    const ForwardArgs a{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(),
-                        bp_mut(r.o), r.lse.data<float>(), float(scale)};
-    gsa_forward_output_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid, kThreads, smem);
-  });
+  forward_output({bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(), bp_mut(r.o),
+                  r.lse.data<float>(), float(scale)},
+                 d, stream);
   chunk_slot_store(r.Hk, st.Hk, cd.NC);
   chunk_slot_store(r.Hv, st.Hv, cd.NC);
   return r;

@@ -6,6 +6,7 @@
 #if HYBRID_CUDA
 #include "core/cuda/tensor_cuda.h"
 #include "layers/gsa/slot_attention_cuda.h"
+#include "layers/nha/nha_fused.h"
 #include "layers/rope/rope_op.h"
 #endif
 
@@ -126,6 +127,12 @@ NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const NhaDims d = nha_dims("nha_forward", q, k, v, s, g, HK0, HV0, bias, p);
   const NhaWindowSide win = nha_window_side("nha_forward", q, k, q_window, k_window);
 #if HYBRID_CUDA
+  if (q.is_cuda() && !p.long_ratio && nha_fused_supported(q, d)) {
+    // o and the joint lse are what the slot-attention backward reads (nha_backward below).
+    NhaFusedOut y = nha_forward_fused(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win));
+    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o};
+    return {y.o, y.HK, y.HV, Tensor()};
+  }
   if (q.is_cuda()) {
     SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win), p.long_ratio);
     if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o};
@@ -154,10 +161,28 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
     const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d, win);
     Tensor lse = s.lse, o = s.o;
     if (!lse.defined()) {  // a record without them (from the CPU forward) reruns the forward
-      const SlotAttentionOut y = slot_attention_forward_cuda(a, false);
-      lse = y.lse, o = y.o;
+      if (nha_fused_supported(s.q, d)) {
+        const NhaFusedOut y = nha_forward_fused(a);
+        lse = y.lse, o = y.o;
+      } else {
+        const SlotAttentionOut y = slot_attention_forward_cuda(a, false);
+        lse = y.lse, o = y.o;
+      }
     }
-    SlotAttentionGrads g = slot_attention_backward_cuda(a, lse, o, dout, dHK, dHV);
+    SlotAttentionGrads g;
+    if (nha_fused_supported(s.q, d)) {
+      // The joint softmax split by its logits: the slot side on gsa's fused backward, the window side
+      // on the slot-attention backward without slots, both from the joint lse and o.
+      const GsaGrads sg = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV);
+      SlotAttentionArgs w = a;
+      w.s = w.g = w.HK0 = w.HV0 = Tensor();
+      g = slot_attention_backward_cuda(w, lse, o, dout, Tensor(), Tensor());
+      g.dq = sg.dq.to(DType::f32), g.dk = sg.dk.to(DType::f32);
+      cuda_add_(g.dv, sg.dv.to(DType::f32), 1.0);
+      g.ds = sg.ds, g.dg = sg.dg, g.dHK0 = sg.dHk0, g.dHV0 = sg.dHv0;
+    } else {
+      g = slot_attention_backward_cuda(a, lse, o, dout, dHK, dHV);
+    }
     // The window side saw RoPE(q), RoPE(k): its gradients go back through the transposed rotation.
     auto unrotated = [&](const Tensor& w) { return p.rope ? rope_backward(w, rope_table_for(s.q, p, d), p.rope_offset) : w; };
     auto total = [&](Tensor mem, const Tensor& w) {

@@ -13,7 +13,8 @@
 // v (B, T, Hkv, Dv), s and g (B, T, Hkv, M), memories HK (B, Hkv, D, M), HV (B, Hkv, M, Dv),
 // bias (Hq, nb) with nb >= min(W, T). GQA: query head h reads kv head h / (Hq / Hkv).
 // The CPU form is the recurrent reference of nha.md 2.8 and 4; on CUDA tensors nha_forward /
-// nha_backward run the slot-attention kernels shared with gsa (layers/gsa/slot_attention_cuda.h):
+// nha_backward run the slot-attention kernels shared with gsa (layers/gsa/slot_attention_cuda.h)
+// (bf16 with window <= 64 takes the fused kernels of layers/nha/nha_fused.h):
 // chunked slot memory, slot and window logits of a query normalised by one online softmax.
 // Optional q_window, k_window (shapes of q, k) give the window branch its own q and k; q and k then
 // serve the slots only (a slot feature map, nha.md 8.5).

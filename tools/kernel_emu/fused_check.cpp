@@ -8,6 +8,10 @@
 //   fused_check one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]
 //   fused_check gsa         gsa (o, final memories, lse, every gradient): GQA, T off the chunk, M below
 //                           the slot tile, chunks on both sides of the mid-reference guard
+//   fused_check nha         the nha forward (o, final memories, joint lse) and the slot side of its
+//                           backward (dq, dk of the slots, ds, dg, initial memories; the window side is
+//                           slot attention's): T off the chunk and below the window, GQA, initial
+//                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +24,8 @@
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 #include "layers/gsa/gsa_fused.h"
 #include "layers/mamba2/simple_gla_op.h"
+#include "layers/nha/nha_fused.h"
+#include "layers/rope/rope_op.h"
 #include "layers/norm/l2norm_op.h"
 
 using namespace hyb;
@@ -141,33 +147,53 @@ void run_simple_gla(int64_t B, int64_t T, int64_t Gq, int64_t H, int64_t K, int6
   check("dS0", gg.dS0, rg.dS0);
 }
 
-// lse of every row (B, T, Hq) by the recurrence of gsa.md 2.1 in f64: the slot logits z = scale Hk_t^T q_t.
-Tensor gsa_lse(const Tensor& q, const Tensor& k, const Tensor& s, const Tensor& g, const Tensor& Hk0, double scale) {
+// The window of the joint softmax (nha.md 2): qr, kr (the window side), bias (Hq, nb) or undefined.
+struct WindowRef {
+  Tensor qr, kr, bias;
+  int64_t window = 0, shift = 0;
+};
+
+// lse of every row (B, T, Hq) by the recurrence of gsa.md 2.1 in f64: the slot logits z = scale Hk^T q_t
+// of the memory after token t - shift and, with a window, the logits of keys t - window < j <= t.
+Tensor joint_lse(const Tensor& q, const Tensor& k, const Tensor& s, const Tensor& g, const Tensor& Hk0, double scale,
+                 const WindowRef& w = {}) {
   const int64_t B = q.size(0), T = q.size(1), Hq = q.size(2), K = q.size(3), Hkv = k.size(2), M = s.size(3);
   const Tensor qc = q.contiguous(), kc = k.contiguous(), sc = s.contiguous(), gc = g.contiguous();
   const double *qp = qc.data<double>(), *kp = kc.data<double>(), *sp = sc.data<double>(), *gp = gc.data<double>();
+  const Tensor qrc = w.window > 0 ? w.qr.contiguous() : Tensor(), krc = w.window > 0 ? w.kr.contiguous() : Tensor();
+  const Tensor bc = w.bias.defined() ? w.bias.contiguous() : Tensor();
   Tensor out = Tensor::empty({B, T, Hq}, DType::f64);
   double* op = out.data<double>();
   const Tensor h0 = Hk0.defined() ? Hk0.contiguous() : Tensor();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < Hkv; ++j) {
-      std::vector<double> H(size_t(K * M), 0.0), z(static_cast<size_t>(M));
+      std::vector<double> H(size_t(K * M), 0.0), z;
       if (h0.defined()) std::copy_n(h0.data<double>() + (b * Hkv + j) * K * M, K * M, H.begin());
       for (int64_t t = 0; t < T; ++t) {
-        const int64_t row = (b * T + t) * Hkv + j;
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t m = 0; m < M; ++m)
-            H[size_t(i * M + m)] = H[size_t(i * M + m)] * std::exp(gp[row * M + m]) + kp[row * K + i] * sp[row * M + m];
+        if (t >= w.shift) {
+          const int64_t row = (b * T + t - w.shift) * Hkv + j;
+          for (int64_t i = 0; i < K; ++i)
+            for (int64_t m = 0; m < M; ++m)
+              H[size_t(i * M + m)] = H[size_t(i * M + m)] * std::exp(gp[row * M + m]) + kp[row * K + i] * sp[row * M + m];
+        }
         for (int64_t h = j * (Hq / Hkv); h < (j + 1) * (Hq / Hkv); ++h) {
-          const double* qr = qp + ((b * T + t) * Hq + h) * K;
-          double mx = -INFINITY, sum = 0.0;
+          const double* qt = qp + ((b * T + t) * Hq + h) * K;
+          z.clear();
           for (int64_t m = 0; m < M; ++m) {
             double acc = 0.0;
-            for (int64_t i = 0; i < K; ++i) acc += H[size_t(i * M + m)] * qr[i];
-            z[size_t(m)] = scale * acc;
-            mx = std::max(mx, z[size_t(m)]);
+            for (int64_t i = 0; i < K; ++i) acc += H[size_t(i * M + m)] * qt[i];
+            z.push_back(scale * acc);
           }
-          for (int64_t m = 0; m < M; ++m) sum += std::exp(z[size_t(m)] - mx);
+          for (int64_t key = std::max<int64_t>(0, t - w.window + 1); key <= t && w.window > 0; ++key) {
+            const double* a = qrc.data<double>() + ((b * T + t) * Hq + h) * K;
+            const double* c = krc.data<double>() + ((b * T + key) * Hkv + j) * K;
+            double acc = 0.0;
+            for (int64_t i = 0; i < K; ++i) acc += a[i] * c[i];
+            z.push_back(scale * acc + (bc.defined() ? bc.data<double>()[h * bc.size(1) + t - key] : 0.0));
+          }
+          const double mx = *std::max_element(z.begin(), z.end());
+          double sum = 0.0;
+          for (double x : z) sum += std::exp(x - mx);
           op[(b * T + t) * Hq + h] = mx + std::log(sum);
         }
       }
@@ -199,7 +225,7 @@ void run_gsa(const GsaCase& c) {
   check("o", got.o, ref.o);
   check("Hk", got.Hk, ref.Hk);
   check("Hv", got.Hv, ref.Hv);
-  check("lse", got.lse, gsa_lse(q, k, s, g, Hk0, scale));
+  check("lse", got.lse, joint_lse(q, k, s, g, Hk0, scale));
   const Tensor dout = rounded(random_tensor({c.B, c.T, c.Hq, c.V}, 28), DType::bf16);
   const Tensor dHk = rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 29, DType::f64, 0.5), DType::f32);
   const Tensor dHv = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 30, DType::f64, 0.5), DType::f32);
@@ -218,6 +244,60 @@ void run_gsa(const GsaCase& c) {
   check("dg", fg.dg, rg.dg);
   check("dHk0", fg.dHk0, rg.dHk0);
   check("dHv0", fg.dHv0, rg.dHv0);
+}
+
+struct NhaCase {
+  int64_t B, T, Hq, Hkv, K, V, M, window, shift;
+  bool states, bias, rope;
+  double glo;  // gates uniform in [glo, -0.01]
+};
+
+void run_nha(const NhaCase& c) {
+  std::printf("nha B %ld T %ld Hq %ld Hkv %ld K %ld V %ld M %ld window %ld shift %ld%s%s%s g in [%g, -0.01]\n", c.B,
+              c.T, c.Hq, c.Hkv, c.K, c.V, c.M, c.window, c.shift, c.states ? " states" : "", c.bias ? " bias" : "",
+              c.rope ? " rope" : "", c.glo);
+  const Tensor q = rounded(random_tensor({c.B, c.T, c.Hq, c.K}, 41, DType::f64, 0.5), DType::bf16);
+  const Tensor k = rounded(random_tensor({c.B, c.T, c.Hkv, c.K}, 42, DType::f64, 0.5), DType::bf16);
+  const Tensor v = rounded(random_tensor({c.B, c.T, c.Hkv, c.V}, 43), DType::bf16);
+  const Tensor s = rounded(uniform({c.B, c.T, c.Hkv, c.M}, 44, 0.0, 1.0), DType::f32);
+  const Tensor g = rounded(uniform({c.B, c.T, c.Hkv, c.M}, 45, c.glo, -0.01), DType::f32);
+  const Tensor Hk0 = c.states ? rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 46, DType::f64, 0.5), DType::f32) : Tensor();
+  const Tensor Hv0 = c.states ? rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 47, DType::f64, 0.5), DType::f32) : Tensor();
+  const Tensor bias = c.bias ? rounded(uniform({c.Hq, c.window + 3}, 48, -1.0, 1.0), DType::bf16) : Tensor();
+  NhaParams p;
+  p.scale = 0.4;
+  p.window = c.window, p.shift = c.shift, p.rope = c.rope;
+  const NhaOutputs ref = nha_forward_cpu(q, k, v, s, g, Hk0, Hv0, bias, p);
+  const int64_t window = std::min(c.window, c.T), shift = std::min(c.shift, c.T);
+  Tensor qr = q, kr = k;
+  if (c.rope) {
+    const RopeTable tab = rope_table(p.rope_theta, c.K, c.T, std::nullopt, Device::cpu());
+    qr = rope_forward(q, tab, 0), kr = rope_forward(k, tab, 0);
+  }
+  SlotAttentionArgs a;
+  a.q = as(q, DType::bf16), a.k = as(k, DType::bf16), a.v = as(v, DType::bf16);
+  a.s = as(s, DType::f32), a.g = as(g, DType::f32), a.HK0 = as(Hk0, DType::f32), a.HV0 = as(Hv0, DType::f32);
+  a.qr = as(qr, DType::bf16), a.kr = as(kr, DType::bf16), a.bias = as(bias, DType::bf16);
+  a.scale = *p.scale, a.window = window, a.shift = shift;
+  const NhaFusedOut got = nha_forward_fused(a);
+  check("o", got.o, ref.o);
+  check("HK", got.HK, ref.HK);
+  check("HV", got.HV, ref.HV);
+  check("lse", got.lse, joint_lse(q, k, s, g, Hk0, *p.scale, {qr, kr, bias, window, shift}));
+  // The reference with the window's q, k apart gives the slots' dq, dk on their own.
+  const Tensor dout = rounded(random_tensor({c.B, c.T, c.Hq, c.V}, 49), DType::bf16);
+  const Tensor dHK = rounded(random_tensor({c.B, c.Hkv, c.K, c.M}, 50, DType::f64, 0.5), DType::f32);
+  const Tensor dHV = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 51, DType::f64, 0.5), DType::f32);
+  const NhaSaved rs{q, k, v, s, g, Hk0, Hv0, bias, q, k, p, Tensor(), Tensor()};
+  const NhaGrads rg = nha_backward_cpu(rs, dout, dHK, dHV, GradMask{1023});
+  const GsaGrads fg = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
+                                              as(dHV, DType::f32));
+  check("dq", fg.dq, rg.dq);
+  check("dk", fg.dk, rg.dk);
+  check("ds", fg.ds, rg.ds);
+  check("dg", fg.dg, rg.dg);
+  check("dHK0", fg.dHk0, rg.dHK0);
+  check("dHV0", fg.dHv0, rg.dHV0);
 }
 
 }  // namespace
@@ -255,6 +335,16 @@ int main(int argc, char** argv) {
                              GsaCase{1, 129, 3, 1, 64, 128, 5, false, -0.3}, GsaCase{2, 200, 8, 2, 128, 64, 1, true, -0.9},
                              GsaCase{1, 190, 4, 2, 40, 16, 48, true, -1.7}})
       run_gsa(c);
+  } else if (what == "nha") {
+    for (const NhaCase& c : {NhaCase{2, 37, 4, 2, 16, 16, 8, 32, 32, false, true, true, -0.9},
+                             NhaCase{1, 20, 2, 1, 8, 8, 4, 32, 32, true, false, true, -0.9},
+                             NhaCase{1, 130, 2, 2, 64, 64, 32, 32, 32, true, true, true, -1.6},
+                             NhaCase{1, 150, 4, 2, 64, 64, 64, 64, 64, true, true, true, -10.0},
+                             NhaCase{1, 100, 2, 1, 24, 40, 16, 17, 5, true, false, true, -4.0},
+                             NhaCase{1, 70, 2, 2, 32, 32, 8, 1, 0, false, true, false, -0.3},
+                             NhaCase{1, 129, 2, 1, 128, 64, 64, 32, 32, true, true, true, -0.9},
+                             NhaCase{1, 64, 2, 2, 16, 16, 5, 64, 100, true, false, true, -0.9}})
+      run_nha(c);
   } else if (what.rfind("one:", 0) == 0) {
     GdnCase c{};
     int s0 = 0, zb = 0, weak = 0;
@@ -266,9 +356,9 @@ int main(int argc, char** argv) {
     c.s0 = s0, c.zero_beta = zb, c.weak_decay = weak;
     run_gdn(c);
   } else {
-    std::fprintf(
-        stderr,
-        "fused_check: selfcheck | gdn | tiles | segments | gsa | one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
+    std::fprintf(stderr,
+                 "fused_check: selfcheck | gdn | tiles | segments | gsa | nha | "
+                 "one:B,T,H,HV,K,V,s0,zero_beta,weak_decay[,beta_hi]\n");
     return 2;
   }
   std::printf(all_ok ? "all within %g\n" : "FAILED (tolerance %g)\n", kTol);

@@ -8,7 +8,7 @@
 // windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
 // NHA mixer decoding on CUDA (the decode kernel on the slots and a ring of w tokens, after a parallel
 // prefill or from the first token) equals its parallel forward in every ablation that changes the op
-// calls.
+// calls. The fused bf16 path (window <= 64) on its own cases.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -166,6 +166,42 @@ TEST_CASE("nha on cuda matches the cpu reference over several query tiles of the
       p.shift = c.shift;
       p.long_ratio = c.ratio;
       auto r = cuda_parity([&](const std::vector<Var>& x) { return nha_outputs(x, p, c.M > 0, c.states, c.bias); }, in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu reference, outputs and every gradient",
+          "[nha][gpu]") {
+  // bf16 without omega_L and 1 <= window <= 64 takes layers/nha/nha_fused.h (the slot side of the
+  // backward on gsa's fused kernels, the window side on slot attention's): T below the window and off
+  // the chunk, GQA, strong gates past the mid-reference guard, shift apart from the window, head dims
+  // up to 128.
+  struct Case {
+    int64_t B, T, Hq, Hkv, D, Dv, M, window, shift;
+    bool rope, states, bias;
+    double glo;  // gates uniform in [glo, -0.01]
+  };
+  for (const Case& c : {Case{2, 20, 4, 2, 16, 16, 8, 32, 32, true, true, true, -0.9},
+                        Case{2, 150, 4, 2, 64, 64, 32, 32, 32, true, true, false, -0.9},
+                        Case{1, 150, 2, 2, 64, 64, 64, 64, 64, true, true, true, -10.0},
+                        Case{1, 100, 2, 1, 24, 40, 16, 17, 5, true, false, true, -4.0},
+                        Case{1, 70, 2, 2, 32, 32, 8, 1, 0, false, true, true, -0.3},
+                        Case{1, 129, 2, 1, 128, 64, 64, 32, 32, true, true, true, -0.9},
+                        Case{1, 64, 2, 2, 16, 16, 5, 64, 100, true, true, false, -0.9}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " Dv " << c.Dv
+                         << " M " << c.M << " w " << c.window << " shift " << c.shift << " g >= " << c.glo) {
+      const std::vector<Tensor> in =
+          nha_inputs(c.B, c.T, c.Hq, c.Hkv, c.D, c.Dv, c.M, c.window, c.states, c.bias, 2, 31, c.glo);
+      ParityOptions opt;
+      opt.f32 = false;  // f32 runs the slot-attention kernels, covered above
+      NhaParams p;
+      p.window = c.window;
+      p.shift = c.shift;
+      p.rope = c.rope;
+      p.scale = 0.4;
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return nha_outputs(x, p, true, c.states, c.bias); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }

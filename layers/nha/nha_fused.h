@@ -1,0 +1,35 @@
+// The fused bf16 CUDA forward of the nha op (nha.md 2, gsa.md 4.8), built on the fused gsa kernels
+// (layers/gsa/gsa_fused.cuh): the slot memories are gsa's F1 + chunk scan over the token stream shifted
+// by `shift` (token u - shift at position u, zero gates before: query t then reads the memory after
+// token t - shift, and the final memory is the one the last query sees), and the output kernel is gsa's
+// F2 with the window keys of every query (the previous chunk and its own, window <= 64) in the same
+// softmax. It returns o and the joint log normaliser lse, the same quantities as the slot-attention path.
+// The backward splits the joint softmax by its logits: the slot side is gsa's fused backward B0..B3 on
+// the shifted stream, given the joint lse and delta = rowsum(dO .* O) (nha_slot_backward_fused); the
+// window side is the slot-attention backward without slots (M = 0) on the same lse and o, whose chunk
+// kernels take delta from o too (dqr per query tile, dkr and dv key-major: no atomics).
+// Taken for bf16 with 1 <= window <= 64, 1 <= M <= 64, D, Dv <= 128 (multiples of 8), any GQA group
+// (the forward not for the long-ratio statistic); HYBRID_NHA_FUSED=0 turns it off.
+//   if (nha_fused_supported(q, d)) { NhaFusedOut y = nha_forward_fused(a); }
+#pragma once
+#include "layers/gsa/gsa_op.h"
+#include "layers/gsa/slot_attention_cuda.h"
+#include "layers/nha/nha_op.h"
+
+namespace hyb {
+
+struct NhaFusedOut {
+  Tensor o;       // (B, T, Hq, Dv) bf16
+  Tensor HK, HV;  // the memory seen by the last query (B, Hkv, D, M), (B, Hkv, M, Dv) f32
+  Tensor lse;     // (B, T, Hq) f32: log normaliser of each query's joint softmax (slots and window)
+};
+
+bool nha_fused_supported(const Tensor& q, const NhaDims& d);
+// a: the slot-attention arguments of the op (window and shift resolved, qr and kr the window side).
+NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a);
+// The slot side of the backward at the unshifted token positions: dq (raw q), dk, dv (bf16), ds, dg and
+// the initial-memory gradients (f32). lse, o: the forward's; dHK, dHV: final-memory gradients or undefined.
+GsaGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o, const Tensor& dout,
+                                 const Tensor& dHK, const Tensor& dHV);
+
+}  // namespace hyb
