@@ -82,8 +82,9 @@ __device__ __forceinline__ int frag_col(int lane, int e) { return (lane % 4) * 2
 
 // Rows t0 .. t0 + ROWS - 1 of one head of a (B, T, heads, D) bf16 tensor (or any row-major matrix:
 // head = its first row, T = its row count) into a [ROWS][DT + 8] tile, times rowscale[r] when given;
-// rows >= T and columns >= D are zero. D % 8 == 0 and 16-byte aligned rows. NTHREADS threads take
-// part. The trip count is a constant so that every thread's loads are issued before the first store.
+// rows outside [0, T) (t0 may be negative: nha's shifted stream) and columns >= D are zero, not read.
+// D % 8 == 0 and 16-byte aligned rows. NTHREADS threads take part. The trip count is a constant so
+// that every thread's loads are issued before the first store.
 template <int ROWS, int DT, int NTHREADS>
 __device__ __forceinline__ void load_rows(bf16x* s, const bf16x* head, int64_t row_stride, int t0, int T, int D,
                                           const float* rowscale) {
@@ -94,7 +95,8 @@ __device__ __forceinline__ void load_rows(bf16x* s, const bf16x* head, int64_t r
   for (int it = 0; it < kIters; ++it) {
     const int x = it * NTHREADS + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
     val[it] = make_uint4(0, 0, 0, 0);
-    if (t0 + r < T && c8 < D) val[it] = *reinterpret_cast<const uint4*>(head + int64_t(t0 + r) * row_stride + c8);
+    if (t0 + r >= 0 && t0 + r < T && c8 < D)
+      val[it] = *reinterpret_cast<const uint4*>(head + int64_t(t0 + r) * row_stride + c8);
   }
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {

@@ -28,21 +28,28 @@ constexpr int kLdF = kMT + 4;        // row stride of the fp32 gate and write-we
 constexpr int kSwRows = 16 * 6;      // the fallback's per-warp key-side tiles: 16 w rows for warp w
 constexpr float kRefRange = 60.f;    // gsa.md 4.1 rule 3
 
+// shift: the slot stream (k, v, s, g in, dk, dv, ds, dg out) is the token stream moved down by shift rows
+// (nha's token shift): position u holds token u - shift, and positions u < shift read k = v = 0, s = 0
+// (nothing written), g = 0 (no decay) without a memory access, so the memory after position u is the one
+// after token u - shift. q, dO, o, lse, dq stay at their positions. gsa: 0.
 struct Dims {
   int B, T, Hq, Hkv, G, K, V, M, NC;
+  int shift = 0;
 };
 
-// Rows t0 .. t0 + 63 of (b, kv head j) of g and s (B, T, Hkv, M) f32 into fp32 [64][kLdF] tiles, zeros
-// past the chunk's n rows and the M slots. Then sB holds b, the inclusive cumsum of g over the chunk's
-// rows (padded rows repeat the last valid one), and, for m < kMT: sLo[m], sHi[m] the least and largest
-// of 0 and b over the valid rows (both optional). Ends with a barrier.
-__device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int n, int M,
+// Rows t0 .. t0 + 63 of one kv head of g and s (B, T, Hkv, M) f32 (g, s: the head's row 0) into fp32
+// [64][kLdF] tiles, zeros (not read) for rows outside [0, T) and past the M slots; t0 may be negative
+// (the shifted stream: t0 and T less the shift). Then sB holds b, the inclusive cumsum of g over the
+// chunk's n = min(64, T - t0) rows (padded rows repeat the last valid one), and, for m < kMT: sLo[m],
+// sHi[m] the least and largest of 0 and b over those rows (both optional). Ends with a barrier.
+__device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
                                            float* sB, float* sS, float* sLo, float* sHi) {
+  const int n = min(kC, T - t0);
   for (int x = threadIdx.x; x < kC * kMT; x += kThreads) {
     const int r = x / kMT, m = x % kMT;
-    const bool in = r < n && m < M;
-    sB[r * kLdF + m] = in ? g[int64_t(r) * row_stride + m] : 0.f;
-    sS[r * kLdF + m] = in ? s[int64_t(r) * row_stride + m] : 0.f;
+    const bool in = t0 + r >= 0 && r < n && m < M;
+    sB[r * kLdF + m] = in ? g[int64_t(t0 + r) * row_stride + m] : 0.f;
+    sS[r * kLdF + m] = in ? s[int64_t(t0 + r) * row_stride + m] : 0.f;
   }
   __syncthreads();
   if (threadIdx.x < kMT) {
@@ -135,8 +142,8 @@ struct States {
 States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
                       const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream);
 
-// The inputs of the output kernel F2. With a window (nha, window >= 1): the slot side (k, v, s, g) is the
-// token stream shifted by nha's shift, and the window keys of query t are t - window < j <= t, read from
+// The inputs of the output kernel F2. With a window (nha, window >= 1): the slot side (k, v, s, g) is read
+// as the stream shifted by Dims::shift, and the window keys of query t are t - window < j <= t, read from
 // qr, kr (RoPE'd or not) and vw (the unshifted v), their logits scale <qr_t, kr_j> + bias[h, t - j] in the
 // slots' softmax; window <= kC.
 struct ForwardArgs {

@@ -23,7 +23,9 @@ GsaFusedOut gsa_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v,
 // undefined, the forward runs again for it). dHk, dHv: final-memory gradients (f32) or undefined.
 // delta: (B, T, Hq) f32 contiguous rowsum(dO .* O) when the slots share their softmax with other logits
 // (nha's window; saved.lse is then the joint one), else undefined (the slots' own rowsum(P .* dP)).
+// shift (nha's token shift, needs saved.lse): the slots read k, v, s, g moved down by shift rows, zeros in
+// front, read in place (gsa_fused.cuh Dims); dk, dv, ds, dg are at the tokens' rows, 0 on the last shift.
 GsaGrads gsa_backward_fused(const GsaSaved& saved, const Tensor& dout, const Tensor& dHk, const Tensor& dHv,
-                            GradMask needed, const Tensor& delta = Tensor());
+                            GradMask needed, const Tensor& delta = Tensor(), int64_t shift = 0);
 
 }  // namespace hyb

@@ -119,9 +119,9 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
   float* sS = sB + kC * kLdF;
   float* sRef = sS + kC * kLdF;
   float* sSc = sRef + kMT;
-  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
-  const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
-  load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sSc);
+  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC;
+  const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
+  load_gates(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB, sS, sRef, sSc);
   float range = 0.f;
   for (int m = 0; m < kMT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
   return range <= kRefRange;  // false for NaN gates too
@@ -156,9 +156,11 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   float4* sDB = reinterpret_cast<float4*>(sTail + kMT);   // [kWarps][kMT / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
+  // The slot stream's first token and token count, and the chunk's first row that holds a token.
+  const int ts = t0 - d.shift, Ts = d.T - d.shift, lo = max(0, -ts);
+  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
                               nullptr);
-  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
+  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
                               nullptr);
   __syncthreads();  // every thread has read the range
   if (threadIdx.x < kMT) {
@@ -410,13 +412,13 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
       for (int e = 0; e < 4; ++e) dKa[0][ni][e] *= a.scale;
     warp_mma<1, KT / 8, kMT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, 0, lane);
-    const int64_t tok = int64_t(b) * d.T + t0;
+    const int64_t tok = int64_t(b) * d.T + ts;  // the slot gradients go to the rows of the tokens
 #pragma unroll
     for (int ni = 0; ni < VT / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (r < n && col < d.V)
+        if (r >= lo && r < n && col < d.V)
           *reinterpret_cast<uint32_t*>(a.dv + ((tok + r) * d.Hkv + j) * d.V + col) =
               pack_bf16(dVa[0][ni][e], dVa[0][ni][e + 1]);
       }
@@ -425,7 +427,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (r < n && col < d.K)
+        if (r >= lo && r < n && col < d.K)
           *reinterpret_cast<uint32_t*>(a.dk + ((tok + r) * d.Hkv + j) * d.K + col) =
               pack_bf16(dKa[0][ni][e], dKa[0][ni][e + 1]);
       }
@@ -434,14 +436,14 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
-        if (r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
+        if (r >= lo && r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
         sS[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];  // dB
       }
     __syncthreads();
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
       const int m = threadIdx.x;
       float acc = sTail[m];
-      for (int r = n - 1; r >= 0; --r) {
+      for (int r = n - 1; r >= lo; --r) {
         acc += sS[r * kLdF + m];
         a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
       }
@@ -478,8 +480,10 @@ size_t backward_smem_bytes(int64_t K, int64_t V) {
 using namespace gsa_fused;
 
 GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tensor& dHk, const Tensor& dHv,
-                            GradMask needed, const Tensor& delta) {
+                            GradMask needed, const Tensor& delta, int64_t shift) {
   const GsaDims gd = gsa_dims("gsa_backward", sv.q, sv.k, sv.v, sv.s, sv.g, sv.Hk0, sv.Hv0);
+  HYB_CHECK(shift == 0 || (sv.lse.defined() && shift > 0 && shift <= gd.T), "gsa_backward_fused: shift ", shift,
+            " needs the forward's lse and 0 <= shift <= T = ", gd.T);
   const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
   const Tensor s = sv.s.contiguous(), g = sv.g.contiguous();
   const Tensor Hk0 = sv.Hk0.defined() ? sv.Hk0.contiguous() : Tensor();
@@ -488,7 +492,8 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   const Tensor lse = (sv.lse.defined() ? sv.lse : gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale).lse).contiguous();
   const Device dev = q.device();
   const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.Hkv, dev);
-  const Dims d{int(gd.B), int(gd.T), int(gd.Hq), int(gd.Hkv), int(gd.group), int(gd.K), int(gd.V), int(gd.M), int(cd.NC)};
+  const Dims d{int(gd.B), int(gd.T), int(gd.Hq), int(gd.Hkv), int(gd.group), int(gd.K), int(gd.V), int(gd.M),
+               int(cd.NC), int(shift)};
   cudaStream_t stream = current_stream(dev.index);
   const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);  // B0
   const ChunkBuffer Dk(cd, cd.NC + 1, gd.K, gd.M), Dv(cd, cd.NC + 1, gd.M, gd.V);
@@ -500,6 +505,8 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   r.dv = Tensor::empty(sv.v.shape(), DType::bf16, dev);
   r.ds = Tensor::empty(sv.s.shape(), DType::f32, dev);
   r.dg = Tensor::empty(sv.g.shape(), DType::f32, dev);
+  if (shift > 0)  // the last shift tokens never reach the slots; B3 writes the rows of the others
+    for (const Tensor* x : {&r.dk, &r.dv, &r.ds, &r.dg}) x->narrow(1, gd.T - shift, shift).zero_();
   BackwardArgs a{bp(q),       bp(k),       bp(v),        bp(dout),    s.data<float>(), g.data<float>(),
                  lse.data<float>(), st.Hk.data(), st.Hv.data(), Dk.data(), Dv.data(),    bp_mut(r.dq),
                  bp_mut(r.dk), bp_mut(r.dv), r.ds.data<float>(), r.dg.data<float>(), float(scale),

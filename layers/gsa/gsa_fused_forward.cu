@@ -65,12 +65,13 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   float* sB = reinterpret_cast<float*>(sSR + kC * kLdM);
   float* sS = sB + kC * kLdF;
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
-  const int64_t gs_row = int64_t(d.Hkv) * d.M, gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
-  load_rows<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
+  const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the chunk's first token and the token count
+  const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
+  load_rows<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
                               nullptr);
-  load_rows<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
+  load_rows<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
                               nullptr);
-  load_gates(g + gs_off, s + gs_off, gs_row, n, d.M, sB, sS, nullptr, nullptr);
+  load_gates(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr);
   const float* bl = sB + (n - 1) * kLdF;
   for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
     const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
@@ -178,11 +179,12 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   load_rows<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
                               nullptr);
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0, d.T, d.K,
+  const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the slot stream's first token and token count
+  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
                               nullptr);
-  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, d.T, d.V,
+  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
                               nullptr);
-  const int64_t gs_off = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.M;
+  const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
   if constexpr (kWin) {
     const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
     load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       sBias[threadIdx.x] =
           a.bias && threadIdx.x < a.window ? __bfloat162float(a.bias[int64_t(h) * a.nb + threadIdx.x]) : 0.f;
   }
-  load_gates(a.g + gs_off, a.s + gs_off, int64_t(d.Hkv) * d.M, n, d.M, sB, sS, sRef, sHi);
+  load_gates(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi);
   float range = 0.f;
   for (int m = 0; m < kMT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
   const bool fast = range <= kRefRange;  // false for NaN gates too

@@ -1,9 +1,9 @@
-// The fused bf16 CUDA path of nha (nha_fused.h): the forward and the slot side of the backward. The token shift is a copy of k, v, s, g moved down
-// by `shift` rows with zero gates in front (s = 0: nothing written, g = 0: no decay), so F1, the scan and
-// F2's intra-chunk slot terms run unchanged on it; F2 reads the window from the unshifted kr and v.
+// The fused bf16 CUDA path of nha (nha_fused.h): the forward and the slot side of the backward. The token
+// shift is gsa's kernels reading k, v, s, g `shift` rows up, in place (gsa_fused.cuh Dims::shift: the rows
+// before token 0 are zero gates, s = 0 writes nothing and g = 0 does not decay), and the backward writing
+// dk, dv, ds, dg at the tokens' rows; F2 reads the window from the unshifted kr and v.
 // Extra cost over gsa (nha.md 6, B T = 32768, H 16, D = M = 64): the window products Qr Kr^T and Pw Vw
-// over 128 keys per query (4 gsa.md 4.6 units per query head, of which half are masked for w = 32) and
-// the shifted copies (~0.3 GB read and written: k, v bf16 and s, g f32).
+// over 128 keys per query (4 gsa.md 4.6 units per query head, of which half are masked for w = 32).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -20,24 +20,6 @@ namespace hyb {
 using namespace gsa_fused;
 
 namespace {
-
-// x (B, T, H, D) moved down by `shift` rows along T, zeros in front.
-Tensor shifted(const Tensor& x, int64_t shift) {
-  if (shift == 0) return x;
-  const int64_t T = x.size(1);
-  Tensor y = Tensor::zeros(x.shape(), x.dtype(), x.device());
-  if (shift < T) y.narrow(1, shift, T - shift).copy_(x.narrow(1, 0, T - shift));
-  return y;
-}
-
-// The gradient of shifted(x) back to x: moved up by `shift` rows, zeros at the end.
-Tensor unshifted(const Tensor& dy, int64_t shift) {
-  if (shift == 0) return dy;
-  const int64_t T = dy.size(1);
-  Tensor dx = Tensor::zeros(dy.shape(), dy.dtype(), dy.device());
-  if (shift < T) dx.narrow(1, 0, T - shift).copy_(dy.narrow(1, shift, T - shift));
-  return dx;
-}
 
 // delta[row] = <dout[row], o[row]> over rows of V bf16 elements, one warp per row, fp32.
 __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restrict__ dout, const bf16x* __restrict__ o,
@@ -74,18 +56,17 @@ NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a) {
   using chunk_mma::rows16;
   const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
   const int64_t Hkv = a.k.size(2), V = a.v.size(3), M = a.s.size(3);
-  const Tensor q = rows16(a.q), v = rows16(a.v), qr = rows16(a.qr), kr = rows16(a.kr);
-  const Tensor ks = rows16(shifted(a.k, a.shift)), vs = rows16(shifted(v, a.shift));
-  const Tensor ss = shifted(a.s, a.shift).contiguous(), gs = shifted(a.g, a.shift).contiguous();
+  const Tensor q = rows16(a.q), k = rows16(a.k), v = rows16(a.v), qr = rows16(a.qr), kr = rows16(a.kr);
+  const Tensor s = a.s.contiguous(), g = a.g.contiguous();
   const Tensor bias = a.bias.defined() ? a.bias.contiguous() : Tensor();
   const Device dev = q.device();
   const ChunkDims cd = chunk_dims(B, T, Hkv, dev);
-  const Dims d{int(B), int(T), int(Hq), int(Hkv), int(Hq / Hkv), int(K), int(V), int(M), int(cd.NC)};
+  const Dims d{int(B), int(T), int(Hq), int(Hkv), int(Hq / Hkv), int(K), int(V), int(M), int(cd.NC), int(a.shift)};
   cudaStream_t stream = current_stream(dev.index);
   NhaFusedOut r{Tensor::empty({B, T, Hq, V}, DType::bf16, dev), Tensor::empty({B, Hkv, K, M}, DType::f32, dev),
                 Tensor::empty({B, Hkv, M, V}, DType::f32, dev), Tensor::empty({B, T, Hq}, DType::f32, dev)};
-  const States st = forward_states(ks, vs, ss, gs, a.HK0, a.HV0, cd, d, stream);
-  ForwardArgs fa{bp(q), bp(ks), bp(vs), ss.data<float>(), gs.data<float>(), st.Hk.data(), st.Hv.data(),
+  const States st = forward_states(k, v, s, g, a.HK0, a.HV0, cd, d, stream);
+  ForwardArgs fa{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(),
                  chunk_mma::bp_mut(r.o), r.lse.data<float>(), float(a.scale)};
   fa.qr = bp(qr), fa.kr = bp(kr), fa.vw = bp(v);
   fa.bias = bias.defined() ? bp(bias) : nullptr;
@@ -110,13 +91,9 @@ GsaGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, 
   }
   GsaParams p;
   p.scale = a.scale;
-  const GsaSaved sv{a.q, shifted(a.k, a.shift), shifted(a.v, a.shift), shifted(a.s, a.shift), shifted(a.g, a.shift),
-                    a.HK0, a.HV0, p, lse};
+  const GsaSaved sv{a.q, a.k, a.v, a.s, a.g, a.HK0, a.HV0, p, lse};
   auto f32 = [](const Tensor& x) { return x.defined() ? x.to(DType::f32) : Tensor(); };
-  GsaGrads g = gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta);
-  g.dk = unshifted(g.dk, a.shift), g.dv = unshifted(g.dv, a.shift);
-  g.ds = unshifted(g.ds, a.shift), g.dg = unshifted(g.dg, a.shift);
-  return g;
+  return gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta, a.shift);
 }
 
 }  // namespace hyb

@@ -1,9 +1,9 @@
 // The fused bf16 CUDA forward of the nha op (nha.md 2, gsa.md 4.8), built on the fused gsa kernels
 // (layers/gsa/gsa_fused.cuh): the slot memories are gsa's F1 + chunk scan over the token stream shifted
-// by `shift` (token u - shift at position u, zero gates before: query t then reads the memory after
-// token t - shift, and the final memory is the one the last query sees), and the output kernel is gsa's
-// F2 with the window keys of every query (the previous chunk and its own, window <= 64) in the same
-// softmax. It returns o and the joint log normaliser lse, the same quantities as the slot-attention path.
+// by `shift`, read in place (token u - shift at position u, zero gates before: query t then reads the
+// memory after token t - shift, and the final memory is the one the last query sees), and the output
+// kernel is gsa's F2 with the window keys of every query (the previous chunk and its own, window <= 64)
+// in the same softmax. It returns o and the joint log normaliser lse, the same quantities as the slot-attention path.
 // The backward splits the joint softmax by its logits: the slot side is gsa's fused backward B0..B3 on
 // the shifted stream, given the joint lse and delta = rowsum(dO .* O) (nha_slot_backward_fused); the
 // window side is the slot-attention backward without slots (M = 0) on the same lse and o, whose chunk
