@@ -450,6 +450,7 @@ std::vector<BenchCase> make_cases() {
           NhaParams p;
           p.window = 32;
           p.shift = 32;
+          p.rope_table = rope_table(10000.0, 64, T, std::nullopt, Device::cuda(0));  // a layer's cached table
           cases.push_back({"nha_fwd_bwd", str_cat("B", B, " T", T, " H", H, " D 64 M", M, " w32 bf16"), bytes,
                            fwd + bwd, [=] {
                              NhaSaved sv;

@@ -29,6 +29,28 @@ if ! "$build/hybrid" --help > /dev/null 2> /tmp/hybrid-carried/loader.log; then
   echo "device_carried: $build/hybrid does not start:"; cat /tmp/hybrid-carried/loader.log; exit 2
 fi
 
+# Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
+# the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
+# Slow: 1 to 3 minutes a case (the bench allocates every case's inputs, ~15 GB, under the profiler).
+# NCU_COUNT=N profiles only the first N launches and lists them in order; NCU_ONLY=1 runs nothing else.
+run_ncu() {
+  local c csv
+  IFS=';' read -ra ncu_cases <<< "${NCU_CASES:-}"
+  for c in "${ncu_cases[@]}"; do
+    csv=/tmp/hybrid-carried/ncu_$(printf '%s' "$c" | tr -c 'A-Za-z0-9' _).csv
+    timeout "${NCU_TIMEOUT:-90}" ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+      ${NCU_COUNT:+--launch-count $NCU_COUNT} --csv "$build/hybrid" bench ops --filter "${c%%@*}" --shape "${c#*@}" \
+      --reps 1 > "$csv" 2>&1
+    echo "ncu $c: rc $?"
+    if [ -n "${NCU_COUNT:-}" ]; then
+      python3 tools/ncu_summary.py "$csv" 1 --list | tee -a "$out/ncu.log"
+    else
+      python3 tools/ncu_summary.py "$csv" 4 | head -25 | tee -a "$out/ncu.log"
+    fi
+  done
+}
+if [ "${NCU_ONLY:-0}" = 1 ]; then run_ncu; exit 0; fi
+
 tests_log=$out/tests.log
 : > "$tests_log"
 run_tag() {  # $1: Catch2 test spec, $2: seconds
@@ -52,17 +74,7 @@ if [ -n "${GAPS_FILTER:-}" ]; then
       --filter "$GAPS_FILTER" | tail -n +4; } >> "$out/bench.log" 2>&1
   echo "bench ops --launch-gaps: rc $?"
 fi
-# Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
-# the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
-# Slow: 1 to 3 minutes a case (the bench allocates every case's inputs, ~15 GB, under the profiler).
-IFS=';' read -ra ncu_cases <<< "${NCU_CASES:-}"
-for c in "${ncu_cases[@]}"; do
-  csv=/tmp/hybrid-carried/ncu_$(printf '%s' "$c" | tr -c 'A-Za-z0-9' _).csv
-  timeout "${NCU_TIMEOUT:-90}" ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
-    --csv "$build/hybrid" bench ops --filter "${c%%@*}" --shape "${c#*@}" --reps 1 > "$csv" 2>&1
-  echo "ncu $c: rc $?"
-  python3 tools/ncu_summary.py "$csv" 4 | head -25 | tee -a "$out/ncu.log"
-done
+run_ncu
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
 timeout 30 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
 echo "bench decode: rc $?"

@@ -1,6 +1,7 @@
 """Sums Nsight Compute's per-launch kernel durations (ncu --csv --metrics gpu__time_duration.sum) by kernel
 name and prints each kernel's time per iteration, the largest first.
-Usage: python3 tools/ncu_summary.py NCU.csv ITERATIONS   (bench ops runs a case 3 + --reps times)
+Usage: python3 tools/ncu_summary.py NCU.csv ITERATIONS [--list]   (bench ops runs a case 3 + --reps times;
+--list prints every launch in order instead, for a run cut by ncu --launch-count)
 """
 import csv
 import sys
@@ -21,6 +22,8 @@ def main():
         if row.get('Metric Name') != 'gpu__time_duration.sum':
             continue
         us = float(row['Metric Value'].replace(',', '')) * SCALE_TO_US[row['Metric Unit']]
+        if '--list' in sys.argv:
+            print(f'{us:10.1f} us  {row["Grid Size"]:>16}  {row["Kernel Name"][:100]}')
         total[row['Kernel Name']] += us
         count[row['Kernel Name']] += 1
     whole = sum(total.values()) / iterations

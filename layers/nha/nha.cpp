@@ -160,6 +160,7 @@ Var NhaMixer::attend(const OpInputs& in, NhaState* st) {
   p.scale = cfg_.scale;
   p.rope = cfg_.pos_enc == "rope_short";
   p.rope_theta = cfg_.rope_theta;
+  if (p.rope) p.rope_table = rope_table_to(T, in.q.device());
   p.long_ratio = cfg_.emit_long_ratio && cfg_.fusion == "softmax";
   const Var bias = pos_bias_.defined() ? compute_view(pos_bias_, dt) : Var();
   // The slots read q_slot, k_slot when the feature map sets them; the window always reads q, k.

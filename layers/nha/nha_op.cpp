@@ -91,6 +91,8 @@ NhaWindowSide nha_window_side(const char* op, const Tensor& q, const Tensor& k, 
 namespace {
 
 RopeTable rope_table_for(const Tensor& q, const NhaParams& p, const NhaDims& d) {
+  const std::optional<RopeTable>& t = p.rope_table;
+  if (t && t->rope_dim == d.D && t->cos.device() == q.device() && t->cos.size(0) >= p.rope_offset + d.T) return *t;
   return rope_table(p.rope_theta, d.D, p.rope_offset + d.T, std::nullopt, q.device());
 }
 

@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "autograd/tape.h"
+#include "layers/rope/rope_op.h"
 
 namespace hyb {
 
@@ -34,6 +35,9 @@ struct NhaParams {
   bool rope = true;             // RoPE on the window's q and k (rotate-half, nha.md 2.4)
   double rope_theta = 10000.0;
   int64_t rope_offset = 0;      // absolute position of row 0 (decoding from a ring of past tokens)
+  // The caller's table at rope_theta (a layer keeps one): the CUDA path otherwise builds one per call on the host,
+  // T x D/2 cosines and sines in fp64 plus a copy, which at T = 16k costs more than the kernels.
+  std::optional<RopeTable> rope_table;
   bool long_ratio = false;      // also return omega_L = sum_i p_t,i (nha.md 2.6)
 };
 
