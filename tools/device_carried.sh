@@ -7,7 +7,7 @@
 # other [gpu] layer tests, `hybrid bench decode` and the PyTorch SDPA anchor, in that order (the
 # newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
 # NCU_CASES adds per-kernel times of chosen bench cases, ANCHORS the Triton anchors, GAPS_FILTER
-# a second timing with the launch latency counted (below).
+# a second timing with the launch latency counted, AB_ENV an A/B of a fused-path switch (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -73,6 +73,12 @@ if [ -n "${GAPS_FILTER:-}" ]; then
   { echo "== with launch gaps"; timeout 90 "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" --launch-gaps \
       --filter "$GAPS_FILTER" | tail -n +4; } >> "$out/bench.log" 2>&1
   echo "bench ops --launch-gaps: rc $?"
+fi
+# The same cases with a switch set, AB_ENV="VAR=VALUE" AB_FILTER="name,...": a fused path's A/B.
+if [ -n "${AB_ENV:-}" ]; then
+  { echo "== with $AB_ENV"; env $AB_ENV timeout 90 "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
+      --filter "${AB_FILTER:-}" | tail -n +4; } >> "$out/bench.log" 2>&1
+  echo "bench ops with $AB_ENV: rc $?"
 fi
 run_ncu
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
