@@ -29,39 +29,50 @@ MixerContext mixer_context(int64_t d_model) {
   return test_mixer_context({.d_model = d_model, .max_seq_len = 128}, "family", true);
 }
 
+// A parity case: B, T, heads, head dims, M slots, initial memories or not, the gate floor.
+struct GsaCase {
+  int64_t B, T, Hq, Hkv, K, V, M;
+  bool states;
+  double glo;  // gates uniform in [glo, -0.01]; a chunk's decay range is about 32 |glo|, the fused guard 60
+};
+
+// q, k, v, the slot weights s and the gates g (seeds seed .. seed + 4), with states the initial memories
+// (seed + 5, seed + 6).
+std::vector<Tensor> gsa_inputs(const GsaCase& c, uint64_t seed) {
+  std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.K}, seed, DType::f64, 0.5),
+                         random_tensor({c.B, c.T, c.Hkv, c.K}, seed + 1, DType::f64, 0.5),
+                         random_tensor({c.B, c.T, c.Hkv, c.V}, seed + 2),
+                         uniform_tensor({c.B, c.T, c.Hkv, c.M}, seed + 3, 0.0, 1.0),
+                         uniform_tensor({c.B, c.T, c.Hkv, c.M}, seed + 4, c.glo, -0.01)};
+  if (c.states) {
+    in.push_back(random_tensor({c.B, c.Hkv, c.K, c.M}, seed + 5, DType::f64, 0.5));
+    in.push_back(random_tensor({c.B, c.Hkv, c.M, c.V}, seed + 6, DType::f64, 0.5));
+  }
+  return in;
+}
+
+// o and both final memories of gsa_inputs' tensors through the tape, at scale 0.4.
+std::vector<Var> gsa_outputs(const std::vector<Var>& x, bool states) {
+  GsaParams p;
+  p.scale = 0.4;
+  GsaVars y = gsa(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
+                  states ? state_dtype(x[5], x[0]) : Var(), states ? state_dtype(x[6], x[0]) : Var(), p);
+  return {y.o, y.Hk, y.Hv};
+}
+
 }  // namespace
 
 TEST_CASE("gsa on cuda matches the recurrent cpu reference, outputs and every gradient", "[gsa][gpu]") {
-  struct Case {
-    int64_t B, T, Hq, Hkv, K, V, M;
-    bool states;
-    double glo;  // gates uniform in [glo, -0.01]
-  };
-  for (const Case& c : {Case{2, 37, 4, 2, 16, 16, 8, false, -0.9}, Case{1, 1, 2, 1, 8, 8, 4, true, -0.9},
-                        Case{1, 63, 2, 2, 33, 20, 5, true, -0.9}, Case{2, 64, 3, 1, 20, 33, 16, true, -0.7},
-                        Case{1, 65, 2, 2, 64, 64, 64, true, -0.9}, Case{1, 130, 4, 2, 24, 40, 32, true, -4.0},
-                        Case{1, 200, 2, 1, 16, 24, 7, false, -0.5}, Case{2, 200, 4, 2, 64, 64, 64, true, -1.6}}) {
+  for (const GsaCase& c : {GsaCase{2, 37, 4, 2, 16, 16, 8, false, -0.9}, GsaCase{1, 1, 2, 1, 8, 8, 4, true, -0.9},
+                        GsaCase{1, 63, 2, 2, 33, 20, 5, true, -0.9}, GsaCase{2, 64, 3, 1, 20, 33, 16, true, -0.7},
+                        GsaCase{1, 65, 2, 2, 64, 64, 64, true, -0.9}, GsaCase{1, 130, 4, 2, 24, 40, 32, true, -4.0},
+                        GsaCase{1, 200, 2, 1, 16, 24, 7, false, -0.5}, GsaCase{2, 200, 4, 2, 64, 64, 64, true, -1.6}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " K " << c.K << " V " << c.V
                          << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo) {
-      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.K}, 1, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.K}, 2, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.V}, 3), uniform_tensor({c.B, c.T, c.Hkv, c.M}, 4, 0.0, 1.0),
-                             uniform_tensor({c.B, c.T, c.Hkv, c.M}, 5, c.glo, -0.01)};
-      if (c.states) {
-        in.push_back(random_tensor({c.B, c.Hkv, c.K, c.M}, 6, DType::f64, 0.5));
-        in.push_back(random_tensor({c.B, c.Hkv, c.M, c.V}, 7, DType::f64, 0.5));
-      }
+      const std::vector<Tensor> in = gsa_inputs(c, 1);
       ParityOptions opt;
       opt.tol_f32 = 5e-5;  // chunked fp32 against the f64 recurrence over up to 200 steps; dg sums differences
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            GsaParams p;
-            p.scale = 0.4;
-            GsaVars y = gsa(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
-                            c.states ? state_dtype(x[5], x[0]) : Var(), c.states ? state_dtype(x[6], x[0]) : Var(), p);
-            return std::vector<Var>{y.o, y.Hk, y.Hv};
-          },
-          in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return gsa_outputs(x, c.states); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
@@ -69,36 +80,16 @@ TEST_CASE("gsa on cuda matches the recurrent cpu reference, outputs and every gr
 }
 
 TEST_CASE("gsa fused bf16 path matches the recurrent cpu reference, outputs and every gradient", "[gsa][gpu]") {
-  struct Case {
-    int64_t B, T, Hq, Hkv, K, V, M;
-    bool states;
-    double glo;  // gates uniform in [glo, -0.01]; a chunk's decay range is about 32 |glo|, the guard 60
-  };
-  for (const Case& c : {Case{2, 37, 4, 2, 16, 16, 8, false, -0.9}, Case{1, 1, 2, 2, 8, 8, 4, true, -0.9},
-                        Case{1, 130, 2, 1, 64, 64, 64, true, -0.9}, Case{1, 150, 2, 2, 128, 128, 64, true, -1.6},
-                        Case{1, 200, 4, 2, 32, 48, 40, true, -10.0}, Case{2, 65, 3, 1, 72, 24, 5, false, -0.5},
-                        Case{1, 129, 2, 2, 64, 120, 33, true, -3.0}}) {
+  for (const GsaCase& c : {GsaCase{2, 37, 4, 2, 16, 16, 8, false, -0.9}, GsaCase{1, 1, 2, 2, 8, 8, 4, true, -0.9},
+                        GsaCase{1, 130, 2, 1, 64, 64, 64, true, -0.9}, GsaCase{1, 150, 2, 2, 128, 128, 64, true, -1.6},
+                        GsaCase{1, 200, 4, 2, 32, 48, 40, true, -10.0}, GsaCase{2, 65, 3, 1, 72, 24, 5, false, -0.5},
+                        GsaCase{1, 129, 2, 2, 64, 120, 33, true, -3.0}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " K " << c.K << " V " << c.V
                          << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo) {
-      std::vector<Tensor> in{random_tensor({c.B, c.T, c.Hq, c.K}, 11, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.K}, 12, DType::f64, 0.5),
-                             random_tensor({c.B, c.T, c.Hkv, c.V}, 13), uniform_tensor({c.B, c.T, c.Hkv, c.M}, 14, 0.0, 1.0),
-                             uniform_tensor({c.B, c.T, c.Hkv, c.M}, 15, c.glo, -0.01)};
-      if (c.states) {
-        in.push_back(random_tensor({c.B, c.Hkv, c.K, c.M}, 16, DType::f64, 0.5));
-        in.push_back(random_tensor({c.B, c.Hkv, c.M, c.V}, 17, DType::f64, 0.5));
-      }
+      const std::vector<Tensor> in = gsa_inputs(c, 11);
       ParityOptions opt;
       opt.f32 = false;  // f32 runs the generic kernels, covered above
-      auto r = cuda_parity(
-          [&](const std::vector<Var>& x) {
-            GsaParams p;
-            p.scale = 0.4;
-            GsaVars y = gsa(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
-                            c.states ? state_dtype(x[5], x[0]) : Var(), c.states ? state_dtype(x[6], x[0]) : Var(), p);
-            return std::vector<Var>{y.o, y.Hk, y.Hv};
-          },
-          in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return gsa_outputs(x, c.states); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
