@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "core/tensor.h"
@@ -215,6 +216,15 @@ inline bf16x* bp_mut(const Tensor& t) { return t.defined() ? reinterpret_cast<bf
 inline Tensor rows16(const Tensor& t) {
   Tensor c = t.contiguous();
   return is_aligned(c.raw_data(), 16) ? c : c.clone();
+}
+
+// Calls f with the tile widths of K and V (64 or 128 each) as integral constants.
+template <typename F>
+void visit_tiles(int64_t K, int64_t V, F&& f) {
+  if (K <= 64 && V <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
+  if (K <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
+  if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
 }
 
 }  // namespace hyb::chunk_mma

@@ -19,6 +19,7 @@ using chunk_mma::frag_col;
 using chunk_mma::frag_row;
 using chunk_mma::kC;
 using chunk_mma::pack_bf16;
+using chunk_mma::visit_tiles;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kMT = 64;              // slot tile: M <= 64, padded slots masked to -inf before the softmax
@@ -122,15 +123,6 @@ __device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int l
       const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
       acc[0][ni][e] *= f * __expf(sB[r * kLdF + m] - (ref ? ref[m] : 0.f));
     }
-}
-
-// Calls f with the tile widths of K and V.
-template <typename F>
-void visit_tiles(int64_t K, int64_t V, F&& f) {
-  if (K <= 64 && V <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
-  if (K <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
-  if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
 }
 
 struct States {

@@ -45,6 +45,7 @@ using chunk_mma::rows16;
 using chunk_mma::rowdot;
 using chunk_mma::set_smem;
 using chunk_mma::store_masked;
+using chunk_mma::visit_tiles;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
@@ -425,15 +426,6 @@ size_t backward_smem(int hpg) {
   const size_t tiles = size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * KT * (VT + 8) + 2 * kC * kLdP) * 2;
   const size_t vecs = (4 * kC + 4) * sizeof(float);
   return tiles + vecs + (hpg > 1 ? size_t(2) * kWarps * KT * 16 * sizeof(float) : 0);
-}
-
-// Calls f with the tile widths of K and V.
-template <typename F>
-void visit_tiles(int64_t K, int64_t V, F&& f) {
-  if (K <= 64 && V <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
-  if (K <= 64) return f(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
-  if (V <= 64) return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
 }
 
 Dims dims_of(const SimpleGlaDims& sd, const ChunkDims& cd) {
