@@ -77,8 +77,15 @@ NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a) {
   return r;
 }
 
-GsaGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0, const Tensor& dout0,
-                                 const Tensor& dHK, const Tensor& dHV) {
+bool nha_window_dq_fused(const SlotAttentionArgs& a) {
+  // B3's scratch tiles hold the 128 window keys and values at D, Dv <= 64 only; the bias gradient stays
+  // with the slot-attention kernels.
+  return !a.bias.defined() && a.q.size(3) <= 64 && a.v.size(3) <= 64 &&
+         backward_smem_bytes(a.q.size(3), a.v.size(3), true) <= size_t(chunk_mma::max_smem(a.q.device().index));
+}
+
+NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0,
+                                     const Tensor& dout0, const Tensor& dHK, const Tensor& dHV, bool window_dq) {
   const Tensor o = o0.contiguous(), dout = dout0.contiguous();
   const int64_t rows = a.q.size(0) * a.q.size(1) * a.q.size(2), V = a.v.size(3);
   const Tensor delta = Tensor::empty({a.q.size(0), a.q.size(1), a.q.size(2)}, DType::f32, a.q.device());
@@ -93,7 +100,11 @@ GsaGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, 
   p.scale = a.scale;
   const GsaSaved sv{a.q, a.k, a.v, a.s, a.g, a.HK0, a.HV0, p, lse};
   auto f32 = [](const Tensor& x) { return x.defined() ? x.to(DType::f32) : Tensor(); };
-  return gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta, a.shift);
+  GsaBackwardWindow w{a.qr, a.kr, a.window, Tensor()};
+  NhaSlotGrads r;
+  r.slot = gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta, a.shift, window_dq ? &w : nullptr);
+  r.dqr = w.dqr, r.delta = delta;
+  return r;
 }
 
 }  // namespace hyb

@@ -7,7 +7,9 @@
 // The backward splits the joint softmax by its logits: the slot side is gsa's fused backward B0..B3 on
 // the shifted stream, given the joint lse and delta = rowsum(dO .* O) (nha_slot_backward_fused); the
 // window side is the slot-attention backward without slots (M = 0) on the same lse and o, whose chunk
-// kernels take delta from o too (dqr per query tile, dkr and dv key-major: no atomics).
+// kernels take delta from o too (dqr per query tile, dkr and dv key-major: no atomics). Without a bias
+// and at D, Dv <= 64 (nha_window_dq_fused), the window's dqr is B3's (gsa_fused.h GsaBackwardWindow) and
+// the slot-attention side only runs its key-major kernel for dkr, dv on the fused path's delta.
 // Taken for bf16 with 1 <= window <= 64, 1 <= M <= 64, D, Dv <= 128 (multiples of 8), any GQA group
 // (the forward not for the long-ratio statistic); HYBRID_NHA_FUSED=0 turns it off.
 //   if (nha_fused_supported(q, d)) { NhaFusedOut y = nha_forward_fused(a); }
@@ -29,7 +31,14 @@ bool nha_fused_supported(const Tensor& q, const NhaDims& d);
 NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a);
 // The slot side of the backward at the unshifted token positions: dq (raw q), dk, dv (bf16), ds, dg and
 // the initial-memory gradients (f32). lse, o: the forward's; dHK, dHV: final-memory gradients or undefined.
-GsaGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o, const Tensor& dout,
-                                 const Tensor& dHK, const Tensor& dHV);
+// With window_dq (nha_window_dq_fused(a)), dqr is the window part of the rotated-q gradient (f32);
+// delta = rowsum(dO .* O) (B, T, Hq) f32 either way.
+struct NhaSlotGrads {
+  GsaGrads slot;
+  Tensor dqr, delta;
+};
+bool nha_window_dq_fused(const SlotAttentionArgs& a);
+NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
+                                     const Tensor& dout, const Tensor& dHK, const Tensor& dHV, bool window_dq);
 
 }  // namespace hyb

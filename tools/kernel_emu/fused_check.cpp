@@ -9,7 +9,8 @@
 //   fused_check gsa         gsa (o, final memories, lse, every gradient): GQA, T off the chunk, M below
 //                           the slot tile, chunks on both sides of the mid-reference guard
 //   fused_check nha         the nha forward (o, final memories, joint lse) and the slot side of its
-//                           backward (dq, dk of the slots, ds, dg, initial memories; the window side is
+//                           backward (dq, dk of the slots, ds, dg, initial memories; without a bias
+//                           at K, V <= 64 also B3's window dq, rotated back; the window's dk, dv are
 //                           slot attention's): T off the chunk and below the window, GQA, initial
 //                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias;
 //                           the slot gradients read in place equal those on shifted copies
@@ -273,6 +274,7 @@ void run_nha(const NhaCase& c) {
               c.rope ? " rope" : "", c.glo);
   const Tensor q = rounded(random_tensor({c.B, c.T, c.Hq, c.K}, 41, DType::f64, 0.5), DType::bf16);
   const Tensor k = rounded(random_tensor({c.B, c.T, c.Hkv, c.K}, 42, DType::f64, 0.5), DType::bf16);
+  const RopeTable tab = rope_table(NhaParams{}.rope_theta, c.K, c.T, std::nullopt, Device::cpu());
   const Tensor v = rounded(random_tensor({c.B, c.T, c.Hkv, c.V}, 43), DType::bf16);
   const Tensor s = rounded(uniform({c.B, c.T, c.Hkv, c.M}, 44, 0.0, 1.0), DType::f32);
   const Tensor g = rounded(uniform({c.B, c.T, c.Hkv, c.M}, 45, c.glo, -0.01), DType::f32);
@@ -285,10 +287,7 @@ void run_nha(const NhaCase& c) {
   const NhaOutputs ref = nha_forward_cpu(q, k, v, s, g, Hk0, Hv0, bias, p);
   const int64_t window = std::min(c.window, c.T), shift = std::min(c.shift, c.T);
   Tensor qr = q, kr = k;
-  if (c.rope) {
-    const RopeTable tab = rope_table(p.rope_theta, c.K, c.T, std::nullopt, Device::cpu());
-    qr = rope_forward(q, tab, 0), kr = rope_forward(k, tab, 0);
-  }
+  if (c.rope) qr = rope_forward(q, tab, 0), kr = rope_forward(k, tab, 0);
   SlotAttentionArgs a;
   a.q = as(q, DType::bf16), a.k = as(k, DType::bf16), a.v = as(v, DType::bf16);
   a.s = as(s, DType::f32), a.g = as(g, DType::f32), a.HK0 = as(Hk0, DType::f32), a.HV0 = as(Hv0, DType::f32);
@@ -305,8 +304,14 @@ void run_nha(const NhaCase& c) {
   const Tensor dHV = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 51, DType::f64, 0.5), DType::f32);
   const NhaSaved rs{q, k, v, s, g, Hk0, Hv0, bias, q, k, p, Tensor(), Tensor()};
   const NhaGrads rg = nha_backward_cpu(rs, dout, dHK, dHV, GradMask{1023});
-  const GsaGrads fg = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
-                                              as(dHV, DType::f32));
+  const bool window_dq = nha_window_dq_fused(a);
+  const NhaSlotGrads ng = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
+                                                  as(dHV, DType::f32), window_dq);
+  const GsaGrads& fg = ng.slot;
+  if (window_dq) {
+    const Tensor dqr = as(ng.dqr, DType::f64);
+    check("dq window", c.rope ? rope_backward(dqr, tab, 0) : dqr, rg.dq_window);
+  }
   check("dq", fg.dq, rg.dq);
   check("dk", fg.dk, rg.dk);
   check("ds", fg.ds, rg.ds);
@@ -320,7 +325,7 @@ void run_nha(const NhaCase& c) {
   copied.k = moved_rows(a.k, shift, false), copied.v = moved_rows(a.v, shift, false);
   copied.s = moved_rows(a.s, shift, false), copied.g = moved_rows(a.g, shift, false), copied.shift = 0;
   const GsaGrads cg = nha_slot_backward_fused(copied, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
-                                              as(dHV, DType::f32));
+                                              as(dHV, DType::f32), false).slot;
   const bool same = same_values(fg.dq, cg.dq) && same_values(fg.dk, moved_rows(cg.dk, shift, true)) &&
                     same_values(fg.dv, moved_rows(cg.dv, shift, true)) &&
                     same_values(fg.ds, moved_rows(cg.ds, shift, true)) &&
@@ -373,7 +378,10 @@ int main(int argc, char** argv) {
                              NhaCase{1, 100, 2, 1, 24, 40, 16, 17, 5, true, false, true, -4.0},
                              NhaCase{1, 70, 2, 2, 32, 32, 8, 1, 0, false, true, false, -0.3},
                              NhaCase{1, 129, 2, 1, 128, 64, 64, 32, 32, true, true, true, -0.9},
-                             NhaCase{1, 64, 2, 2, 16, 16, 5, 64, 100, true, false, true, -0.9}})
+                             NhaCase{1, 64, 2, 2, 16, 16, 5, 64, 100, true, false, true, -0.9},
+                             NhaCase{1, 130, 2, 2, 64, 64, 32, 32, 32, true, false, true, -1.6},
+                             NhaCase{1, 150, 4, 2, 64, 48, 64, 64, 64, false, false, true, -10.0},
+                             NhaCase{2, 70, 2, 1, 32, 64, 8, 1, 0, true, false, false, -0.3}})
       run_nha(c);
   } else if (what.rfind("one:", 0) == 0) {
     GdnCase c{};
