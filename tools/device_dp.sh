@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE, kind nvidia-h200-x2 (2 GPUs), from the repository root, carrying .deps:
-#   1. builds hybrid with CUDA and NCCL (PyTorch's wheel, tools/device_env.sh);
+# Run ON THE DEVICE, kind nvidia-h200-x2 (2 GPUs), from the repository root, carrying build-carry (or .deps):
+#   1. runs the carried hybrid, else builds it with CUDA and NCCL (PyTorch's wheel, tools/device_env.sh);
 #   2. equality on GPUs in fp32: 1 GPU with batch 16 vs 2 ranks with 8 each, plain and ZeRO-1
 #      (small buckets), and the ZeRO-1 checkpoint of 2 ranks resumed on 1 GPU;
 #   3. a two-"node" run on this host (two `hybrid launch --nnodes 2` invocations, one GPU each,
@@ -21,13 +21,27 @@ row() { printf '%-44s %s\n' "$1" "$2" | tee -a "$summary"; }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv > "$OUT/gpus.txt" 2>&1
 row "gpus" "$(nvidia-smi -L 2>/dev/null | wc -l); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; nccl $HYBRID_NCCL_ROOT"
 
-t0=$(date +%s)
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DHYBRID_TESTS=OFF > "$OUT/configure.log" 2>&1 && ninja -C build-device hybrid > "$OUT/build.log" 2>&1
-rc=$?
-row "build hybrid (CUDA, NCCL)" "rc $rc in $(( $(date +%s) - t0 )) s; $(grep -o 'NCCL ON[^ ]*' "$OUT/configure.log" | head -1)"
-[ $rc -eq 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
-h=$(pwd)/build-device/hybrid
+# With build-carry/ carried (tools/build_carried.sh, linked against libnccl.so.2), the binary built on the
+# development machine runs against the wheel's NCCL and no device time goes on compiling.
+if [ -f build-carry/bins.tar.xz ]; then
+  mkdir -p /tmp/hybrid-carried
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' build-carry/bins.tar.xz /tmp/hybrid-carried
+  export LD_LIBRARY_PATH="$(pwd)/build-carry/lib:$LD_LIBRARY_PATH"
+  wheel_libs=$(python3 -c 'import glob, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib")))' 2>/dev/null)
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64${wheel_libs:+:$wheel_libs}
+  h=/tmp/hybrid-carried/bin/hybrid
+  $h --help > /dev/null 2> "$OUT/loader.log"; rc=$?
+  row "carried hybrid" "rc $rc, built from $(head -1 build-carry/commit)"
+  [ $rc -eq 0 ] || { cat "$OUT/loader.log"; exit 1; }
+else
+  t0=$(date +%s)
+  cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DHYBRID_TESTS=OFF > "$OUT/configure.log" 2>&1 && ninja -C build-device hybrid > "$OUT/build.log" 2>&1
+  rc=$?
+  row "build hybrid (CUDA, NCCL)" "rc $rc in $(( $(date +%s) - t0 )) s; $(grep -o 'NCCL ON[^ ]*' "$OUT/configure.log" | head -1)"
+  [ $rc -eq 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
+  h=$(pwd)/build-device/hybrid
+fi
 $h tokenize --preset tinyshakespeare --tokenizer gpt2 --out data/ts > "$OUT/tokenize.log" 2>&1
 
 # 2. Equality (fp32 so that only the reduction order differs).
