@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "core/current_device.h"
 #include "core/error.h"
 
 namespace hyb {
@@ -25,5 +26,8 @@ std::string Device::str() const { return is_cpu() ? "cpu" : str_cat("cuda:", ind
 #if !HYBRID_CUDA
 namespace hyb {
 int cuda_device_count() { return 0; }
+void make_current(Device d) {
+  if (d.is_cuda()) throw Error(str_cat(d.str(), " requested, but this build has no CUDA backend"));
+}
 }  // namespace hyb
 #endif

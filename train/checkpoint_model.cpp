@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/current_device.h"
 #include "core/sha256.h"
 #include "train/checkpoint.h"
 #include "train/config/config_hash.h"
@@ -42,6 +43,7 @@ LoadedModel load_model_from_checkpoint(const std::string& dir0, const std::vecto
   lm.config = load_run_config(cfg_path, all_sets, opt);
   lm.device = lm.config.train ? lm.config.train->device : Device::cpu();
   lm.compute = lm.config.train ? lm.config.train->compute : DType::f32;
+  make_current(lm.device);
   lm.model = build_model(lm.config, lm.device, 0);
   load_model_weights(*lm.model, lm.checkpoint_dir + "/model.safetensors");
   return lm;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "core/current_device.h"
 #include "data/loader.h"
 #include "eval/mqar.h"
 #include "eval/perplexity.h"
@@ -29,6 +30,7 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
   if (rank == 0)
     spdlog::info("run {} | config_sha256 {} | device {} | precision {} | ranks {}", rc.name, rc.sha256, tc.device.str(),
                  tc.precision, world);
+  make_current(tc.device);
   std::unique_ptr<CausalLM> model = build_model(rc, tc.device, tc.seed);
   const LmConfig& mc = model->config();
   int64_t n_params = 0, n_emb = 0;

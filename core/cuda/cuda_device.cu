@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/current_device.h"
 #include "core/error.h"
 
 namespace hyb {
@@ -22,6 +23,12 @@ int cuda_device_count() {
     return n;
   }();
   return count;
+}
+
+void make_current(Device d) {
+  if (d.is_cpu()) return;
+  check_cuda_device(d.index, "make_current");
+  HYB_CUDA_CHECK(cudaSetDevice(d.index));
 }
 
 void check_cuda_device(int device, const char* what) {

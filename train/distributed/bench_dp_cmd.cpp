@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/tape.h"
+#include "core/current_device.h"
 #include "core/rng.h"
 #include "optim/clip.h"
 #include "train/cli.h"
@@ -46,6 +47,7 @@ int cmd_bench_dp(Args& args) {
   TrainConfig& tc = *rc.train;
   HYB_CHECK(tc.device.is_cuda(), "bench dp: train.device must be cuda, got ", tc.device.str());
   tc.device = Device::cuda(env.local_rank);
+  make_current(tc.device);
   std::unique_ptr<Communicator> comm;
   if (env.distributed()) {
 #if HYBRID_NCCL

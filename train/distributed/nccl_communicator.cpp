@@ -50,11 +50,14 @@ static ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 NcclCommunicator::NcclCommunicator(const DistEnv& env, int device, double timeout_s)
-    : s_(std::make_unique<State>()), rank_(env.rank), size_(env.world_size) {
-  s_->device = device;
-  s_->timeout_s = timeout_s;
+    : rank_(env.rank), size_(env.world_size) {
   check_cuda_device(device, "NcclCommunicator");
   HYB_CUDA_CHECK(cudaSetDevice(device));
+  // After cudaSetDevice: an event belongs to the device current when it is created, and recording
+  // one of cuda:0 on cuda:1's stream fails (invalid resource handle) on every rank but local rank 0.
+  s_ = std::make_unique<State>();
+  s_->device = device;
+  s_->timeout_s = timeout_s;
   ncclUniqueId id{};
   if (rank_ == 0) HYB_NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
   const std::string shared = rendezvous_share(env, std::string(id.internal, sizeof(id.internal)), rendezvous_timeout_s());
