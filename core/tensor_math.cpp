@@ -53,11 +53,7 @@ void scale_(const Tensor& t, double s) {
   });
 }
 
-double sum_squares(const Tensor& t) {
-  check_math_args("sum_squares", t);
-#if HYBRID_CUDA
-  if (t.is_cuda()) return cuda_sum_squares(t);
-#endif
+static double cpu_sum_squares(const Tensor& t) {
   // Fixed chunks summed in order: the result does not depend on the thread count, so a resumed run
   // clips exactly as the original did.
   constexpr int64_t kChunk = 1 << 16;
@@ -80,6 +76,22 @@ double sum_squares(const Tensor& t) {
   double total = 0;
   for (double x : partial) total += x;
   return total;
+}
+
+double sum_squares(const Tensor& t) { return sum_squares_each({t})[0]; }
+
+std::vector<double> sum_squares_each(const std::vector<Tensor>& ts) {
+  for (const Tensor& t : ts) {
+    check_math_args("sum_squares", t);
+    HYB_CHECK(t.device() == ts[0].device(), "sum_squares: one list holds tensors on ", ts[0].device().str(), " and ",
+              t.device().str());
+  }
+#if HYBRID_CUDA
+  if (!ts.empty() && ts[0].is_cuda()) return cuda_sum_squares_each(ts);
+#endif
+  std::vector<double> sums;
+  for (const Tensor& t : ts) sums.push_back(cpu_sum_squares(t));
+  return sums;
 }
 
 bool all_finite(const Tensor& t) {

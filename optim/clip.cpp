@@ -7,9 +7,11 @@
 namespace hyb {
 
 double global_grad_norm(const std::vector<OptimParam>& params) {
-  double ss = 0;
+  std::vector<Tensor> grads;
   for (const OptimParam& p : params)
-    if (p.var.grad().defined()) ss += sum_squares(p.var.grad());
+    if (p.var.grad().defined()) grads.push_back(p.var.grad());
+  double ss = 0;
+  for (double s : sum_squares_each(grads)) ss += s;
   return std::sqrt(ss);
 }
 

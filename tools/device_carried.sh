@@ -82,6 +82,12 @@ if [ -n "${AB_ENV:-}" ]; then
 fi
 run_ncu
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
+for t in "$build"/test_*; do  # the CARRIED_TESTS of build_carried.sh
+  [ "$(basename "$t")" = test_layers ] && continue
+  echo "===== $(basename "$t") [gpu]" >> "$tests_log"
+  timeout "${REST_TIMEOUT:-40}" "$t" "[gpu]" >> "$tests_log" 2>&1
+  echo "tests $(basename "$t") [gpu]: rc $?: $(tail -n 3 "$tests_log" | grep -E 'passed|failed|No tests ran' | tail -1)"
+done
 timeout 30 "$build/hybrid" bench decode >> "$out/bench.log" 2>&1
 echo "bench decode: rc $?"
 timeout "${SDPA_TIMEOUT:-45}" python3 tools/sdpa_anchor.py > "$out/sdpa.log" 2>&1

@@ -262,9 +262,10 @@ __global__ void scale_kernel(T* __restrict__ x, double s, int64_t n) {
 // ---------------------------------------------------------------------------------------------------
 
 // One partial per block: grid-stride accumulation in Acc (fp32, or fp64 for f64 input), then a block
-// reduction. The host adds the partials in fp64; a grid of at most 2 blocks per SM keeps that list short.
+// reduction, stored as fp64 (exactly). The host adds the partials in fp64; a grid of at most 2 blocks per
+// SM keeps that list short.
 template <typename T, typename Acc, int kVec>
-__global__ void sum_squares_partials_kernel(const T* __restrict__ x, int64_t n, Acc* __restrict__ partials) {
+__global__ void sum_squares_partials_kernel(const T* __restrict__ x, int64_t n, double* __restrict__ partials) {
   Acc acc = 0;
   const int64_t packs = n / kVec;
   for (int64_t p = global_thread(); p < packs; p += grid_threads()) {
@@ -280,7 +281,7 @@ __global__ void sum_squares_partials_kernel(const T* __restrict__ x, int64_t n, 
     acc += a * a;
   }
   acc = block_reduce_sum(acc);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  if (threadIdx.x == 0) partials[blockIdx.x] = double(acc);
 }
 
 }  // namespace
@@ -376,33 +377,48 @@ void cuda_scale_(const Tensor& t, double s) {
   });
 }
 
-double cuda_sum_squares(const Tensor& t) {
-  const int64_t n = t.numel();
-  if (n == 0) return 0.0;
-  const int device = t.device().index;
+std::vector<double> cuda_sum_squares_each(const std::vector<Tensor>& ts) {
+  std::vector<double> sums(ts.size(), 0.0);
+  if (ts.empty()) return sums;
+  const int device = ts[0].device().index;
   CudaDeviceGuard guard(device);
   cudaStream_t stream = current_stream(device);
-  Tensor partials;
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const T* p = static_cast<const T*>(t.raw_data());
-    constexpr int kVec = kPack16<T>;
-    const bool vec = is_aligned(p, 16);
-    const int64_t items = vec ? n / kVec + 1 : n;
-    const int grid = int(std::min<int64_t>((items + kThreads - 1) / kThreads, 2 * cuda_device_props(device).sm_count));
-    partials = Tensor::empty({grid}, dtype_of<Acc>(), t.device());
-    Acc* out = partials.data<Acc>();
-    if (vec) {
-      sum_squares_partials_kernel<T, Acc, kVec><<<grid, kThreads, 0, stream>>>(p, n, out);
-    } else {
-      sum_squares_partials_kernel<T, Acc, 1><<<grid, kThreads, 0, stream>>>(p, n, out);
-    }
-    HYB_CUDA_LAUNCH_CHECK("sum_squares_partials_kernel", grid, kThreads, 0);
-  });
-  double total = 0;
-  for (double v : partials.to_double_vector()) total += v;
-  return total;
+  const int max_grid = 2 * cuda_device_props(device).sm_count;
+  // Every tensor's partials in one buffer, so the whole list costs one copy to the host.
+  std::vector<int64_t> first(ts.size() + 1, 0);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t n = ts[i].numel();
+    int64_t items = 0;
+    visit_dtype(ts[i].dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      items = is_aligned(ts[i].raw_data(), 16) ? n / kPack16<T> + 1 : n;
+    });
+    first[i + 1] = first[i] + (n ? std::min<int64_t>((items + kThreads - 1) / kThreads, max_grid) : 0);
+  }
+  if (first.back() == 0) return sums;
+  Tensor partials = Tensor::empty({first.back()}, DType::f64, ts[0].device());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    const int64_t n = t.numel();
+    if (n == 0) continue;
+    const int grid = int(first[i + 1] - first[i]);
+    double* out = partials.data<double>() + first[i];
+    visit_dtype(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const T* p = static_cast<const T*>(t.raw_data());
+      if (is_aligned(p, 16)) {
+        sum_squares_partials_kernel<T, Acc, kPack16<T>><<<grid, kThreads, 0, stream>>>(p, n, out);
+      } else {
+        sum_squares_partials_kernel<T, Acc, 1><<<grid, kThreads, 0, stream>>>(p, n, out);
+      }
+      HYB_CUDA_LAUNCH_CHECK("sum_squares_partials_kernel", grid, kThreads, 0);
+    });
+  }
+  const std::vector<double> host = partials.to_double_vector();
+  for (size_t i = 0; i < ts.size(); ++i)
+    for (int64_t k = first[i]; k < first[i + 1]; ++k) sums[i] += host[size_t(k)];
+  return sums;
 }
 
 }  // namespace hyb

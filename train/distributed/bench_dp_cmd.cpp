@@ -77,14 +77,29 @@ int cmd_bench_dp(Args& args) {
   const Tensor all = Tensor::from_vector(ids, {b, T + 1}).to(tc.device);
   const Tensor inputs = all.narrow(1, 0, T).contiguous(), targets = all.narrow(1, 1, T).contiguous();
 
+  // Where a step's time goes, on the compute stream's clock: forward + backward (slower with the
+  // reduction overlapping it), the wait for the reduction after backward (its exposed tail, with the
+  // copies out of the buckets), and clip + AdamW. Summed over the timed steps by `phases`.
+  const cudaStream_t compute = current_stream(tc.device.index);
+  CudaEvent ev[4] = {CudaEvent(true), CudaEvent(true), CudaEvent(true), CudaEvent(true)};
+  double phase_ms[3] = {0, 0, 0};
+  bool timing = false;
   auto step = [&](bool reduce) {
+    ev[0].record(compute);
     Var loss = model->loss(inputs, targets, tc.compute);
     if (reduce) sync->arm();
     backward(loss);
+    ev[1].record(compute);
     if (reduce) sync->finish();
+    ev[2].record(compute);
     clip_grad_norm(params, tc.grad_clip);
     adamw.step(1.0);
     for (const OptimParam& p : params) p.var.zero_grad();
+    ev[3].record(compute);
+    if (timing) {
+      ev[3].synchronize();
+      for (int i = 0; i < 3; ++i) phase_ms[i] += ev[i].elapsed_ms(ev[i + 1]);
+    }
   };
   auto comm_only = [&] {
     sync->arm();
@@ -103,6 +118,17 @@ int cmd_bench_dp(Args& args) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(steps);
   };
 
+  // The phases are timed in a separate pass: the event synchronisation of each step would stall the
+  // host's run-ahead that the step times above include.
+  auto phases = [&](bool reduce) {
+    for (double& p : phase_ms) p = 0;
+    barrier();
+    timing = true;
+    for (int64_t i = 0; i < steps; ++i) step(reduce);
+    timing = false;
+    return nlohmann::json{{"fwd_bwd_ms", phase_ms[0] / double(steps)}, {"reduce_wait_ms", phase_ms[1] / double(steps)},
+                          {"clip_adamw_ms", phase_ms[2] / double(steps)}};
+  };
   const double local_ms = time_ms([&] { step(false); });
   nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"seq_len", T},
                       {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"local_step_ms", local_ms},
@@ -116,7 +142,9 @@ int cmd_bench_dp(Args& args) {
     r["efficiency_vs_local"] = local_ms / dp_ms;
     r["hidden_fraction"] = 1.0 - (dp_ms - local_ms) / comm_ms;
     r["buckets"] = sync->buckets().size();
+    r["phases_dp"] = phases(true);
   }
+  r["phases_local"] = phases(false);
   if (env.rank == 0) {
     std::printf("%s\n", r.dump().c_str());
     if (!out.empty()) std::ofstream(out) << r.dump(2) << "\n";

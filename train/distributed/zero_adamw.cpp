@@ -25,8 +25,10 @@ ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, GradSync& sync, AdamWHyper 
 Tensor ZeroAdamW::grad_of(const Piece& p) const { return sync_.shard(p.bucket).narrow(0, p.shard_offset, p.numel); }
 
 double ZeroAdamW::local_grad_sum_squares() const {
+  std::vector<Tensor> grads;
+  for (const Piece& p : pieces_) grads.push_back(grad_of(p));
   double ss = 0;
-  for (const Piece& p : pieces_) ss += sum_squares(grad_of(p));
+  for (double s : sum_squares_each(grads)) ss += s;
   return ss;
 }
 
