@@ -43,6 +43,11 @@ class Communicator {
   virtual void after_compute() {}
   virtual void before_compute() {}
 
+  // dst = src in the collectives' order (NCCL: on the communication stream, so it waits for
+  // after_compute() and the compute stream only sees it after before_compute()): gradients move in
+  // and out of the buckets without taking the compute stream's time. Contiguous, same dtype and size.
+  virtual void copy(Tensor& dst, const Tensor& src) { dst.copy_(src); }
+
   // A few host numbers through the same collective (losses, norms, flags); returns when done.
   std::vector<double> all_reduce_host(const std::vector<double>& values, ReduceOp op, Device device);
   double all_reduce_host(double value, ReduceOp op, Device device) {

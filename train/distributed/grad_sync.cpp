@@ -50,13 +50,22 @@ void GradSync::on_ready(GradCell& cell) {
 
 void GradSync::launch(size_t bi) {
   GradBucket& b = buckets_[bi];
+  // Contiguous gradients are copied in on the communication stream; the rest here: a parameter this
+  // step did not use contributes zeros on every rank, and a strided gradient's packed copy would be a
+  // temporary the compute stream could reuse while the communication stream still reads it.
+  auto on_comm = [](const Tensor& g) { return g.defined() && g.is_contiguous(); };
   for (const BucketSlot& s : b.slots) {
-    Tensor dst = b.buffer.narrow(0, s.offset, s.numel);
     const Tensor& g = params_[s.param].var.grad();
-    if (g.defined()) dst.copy_(g.reshape({-1}));
-    else dst.zero_();  // a parameter this step did not use: it contributes zeros on every rank
+    Tensor dst = b.buffer.narrow(0, s.offset, s.numel);
+    if (!g.defined()) dst.zero_();
+    else if (!on_comm(g)) dst.copy_(g.reshape({-1}));
   }
   comm_.after_compute();
+  for (const BucketSlot& s : b.slots) {
+    const Tensor& g = params_[s.param].var.grad();
+    Tensor dst = b.buffer.narrow(0, s.offset, s.numel);
+    if (on_comm(g) && g.raw_data() != dst.raw_data()) comm_.copy(dst, g.reshape({-1}));
+  }
   if (shard_) {
     Tensor mine = shard(bi);
     comm_.reduce_scatter(b.buffer, mine, ReduceOp::mean);
@@ -73,10 +82,13 @@ void GradSync::finish() {
   for (; next_launch_ < buckets_.size(); ++next_launch_) launch(next_launch_);
   comm_.before_compute();
   if (shard_) return;
+  // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (a
+  // copy back would sit between backward and the optimizer). zero_grad() clears it in place, so the
+  // next backward adds into the bucket and nothing is copied in either.
   for (const GradBucket& b : buckets_)
     for (const BucketSlot& s : b.slots) {
       const Var& v = params_[s.param].var;
-      if (v.grad().defined()) v.grad().copy_(b.buffer.narrow(0, s.offset, s.numel).view(v.shape()));
+      if (v.grad().defined()) v.set_grad(b.buffer.narrow(0, s.offset, s.numel).view(v.shape()));
     }
 }
 

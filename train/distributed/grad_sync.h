@@ -5,7 +5,8 @@
 // communication stream, while backward carries on; buckets launch in order, so every rank issues
 // the same collectives in the same order. With gradient accumulation only the last micro-step's
 // backward is armed: the earlier ones accumulate locally.
-//   Plain:  all-reduce (mean); finish() writes the averaged gradients back into the parameters.
+//   Plain:  all-reduce (mean); finish() makes each parameter's gradient its view in the bucket, which
+//   holds the average (and, zeroed in place by zero_grad(), receives the next backward's sums).
 //   Shard (ZeRO-1): reduce-scatter (mean); rank r keeps slice r of every bucket (shard(b)), which
 //   train/distributed/zero_adamw.h updates.
 //   GradSync sync(params, comm, 25.0, false);

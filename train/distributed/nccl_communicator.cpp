@@ -103,6 +103,15 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
                  "broadcast");
 }
 
+void NcclCommunicator::copy(Tensor& dst, const Tensor& src) {
+  HYB_CHECK(dst.is_cuda() && src.device() == dst.device() && dst.dtype() == src.dtype() && dst.numel() == src.numel() &&
+                dst.is_contiguous() && src.is_contiguous(),
+            "NcclCommunicator::copy: ", src.str(), " into ", dst.str(), ": contiguous tensors of one dtype and size on ",
+            "one device");
+  HYB_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), size_t(src.numel()) * dtype_size(src.dtype()),
+                                 cudaMemcpyDeviceToDevice, s_->comm_stream()));
+}
+
 void NcclCommunicator::after_compute() {
   s_->compute_done.record(s_->compute_stream());
   s_->compute_done.block(s_->comm_stream());

@@ -23,6 +23,7 @@ class NcclCommunicator : public Communicator {
   void all_gather(const Tensor& in, Tensor& out) override;
   void broadcast(Tensor& t, int root) override;
   void after_compute() override;
+  void copy(Tensor& dst, const Tensor& src) override;
   void before_compute() override;
 
  private:
