@@ -261,14 +261,32 @@ __global__ void scale_kernel(T* __restrict__ x, double s, int64_t n) {
 // Sum of squares
 // ---------------------------------------------------------------------------------------------------
 
-// One partial per block: grid-stride accumulation in Acc (fp32, or fp64 for f64 input), then a block
-// reduction, stored as fp64 (exactly). The host adds the partials in fp64; a grid of at most 2 blocks per
-// SM keeps that list short.
+// Up to kSumSquaresBatch tensors of one dtype and alignment in one launch (the table travels in the
+// kernel's parameters, so no copy from the host waits for the stream): tensor i owns blocks
+// [first[i], first[i + 1]), the grid it would get alone.
+constexpr int kSumSquaresBatch = 64;
+template <typename T>
+struct SumSquaresBatch {
+  const T* x[kSumSquaresBatch];
+  int64_t n[kSumSquaresBatch];
+  int first[kSumSquaresBatch + 1];
+  int count;
+};
+
+// One partial per block: grid-stride accumulation over its tensor in Acc (fp32, or fp64 for f64
+// input), then a block reduction, stored as fp64 (exactly). The host adds each tensor's partials in
+// fp64; at most 2 blocks per SM a tensor keeps those lists short.
 template <typename T, typename Acc, int kVec>
-__global__ void sum_squares_partials_kernel(const T* __restrict__ x, int64_t n, double* __restrict__ partials) {
+__global__ void sum_squares_partials_kernel(SumSquaresBatch<T> batch, double* __restrict__ partials) {
+  int i = 0;
+  while (i + 1 < batch.count && int(blockIdx.x) >= batch.first[i + 1]) ++i;
+  const T* __restrict__ x = batch.x[i];
+  const int64_t n = batch.n[i];
+  const int64_t start = int64_t(blockIdx.x - batch.first[i]) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(batch.first[i + 1] - batch.first[i]) * blockDim.x;
   Acc acc = 0;
   const int64_t packs = n / kVec;
-  for (int64_t p = global_thread(); p < packs; p += grid_threads()) {
+  for (int64_t p = start; p < packs; p += stride) {
     const auto v = load_pack<Pack<T, kVec>>(x + p * kVec);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -276,8 +294,8 @@ __global__ void sum_squares_partials_kernel(const T* __restrict__ x, int64_t n, 
       acc += a * a;
     }
   }
-  for (int64_t i = packs * kVec + global_thread(); i < n; i += grid_threads()) {
-    const Acc a = device_convert<Acc>(x[i]);
+  for (int64_t k = packs * kVec + start; k < n; k += stride) {
+    const Acc a = device_convert<Acc>(x[k]);
     acc += a * a;
   }
   acc = block_reduce_sum(acc);
@@ -384,7 +402,8 @@ std::vector<double> cuda_sum_squares_each(const std::vector<Tensor>& ts) {
   CudaDeviceGuard guard(device);
   cudaStream_t stream = current_stream(device);
   const int max_grid = 2 * cuda_device_props(device).sm_count;
-  // Every tensor's partials in one buffer, so the whole list costs one copy to the host.
+  // Every tensor's partials in one buffer, so the whole list costs one copy to the host and a few
+  // launches: the grid each tensor gets is the one it would get alone.
   std::vector<int64_t> first(ts.size() + 1, 0);
   for (size_t i = 0; i < ts.size(); ++i) {
     const int64_t n = ts[i].numel();
@@ -397,23 +416,37 @@ std::vector<double> cuda_sum_squares_each(const std::vector<Tensor>& ts) {
   }
   if (first.back() == 0) return sums;
   Tensor partials = Tensor::empty({first.back()}, DType::f64, ts[0].device());
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const Tensor& t = ts[i];
-    const int64_t n = t.numel();
-    if (n == 0) continue;
-    const int grid = int(first[i + 1] - first[i]);
-    double* out = partials.data<double>() + first[i];
-    visit_dtype(t.dtype(), [&](auto tag) {
+  // Runs of tensors with one dtype and alignment go out in batches.
+  for (size_t lo = 0; lo < ts.size();) {
+    const DType dt = ts[lo].dtype();
+    const bool aligned = is_aligned(ts[lo].raw_data(), 16);
+    size_t hi = lo;
+    while (hi < ts.size() && hi - lo < kSumSquaresBatch && ts[hi].dtype() == dt &&
+           is_aligned(ts[hi].raw_data(), 16) == aligned)
+      ++hi;
+    visit_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      const T* p = static_cast<const T*>(t.raw_data());
-      if (is_aligned(p, 16)) {
-        sum_squares_partials_kernel<T, Acc, kPack16<T>><<<grid, kThreads, 0, stream>>>(p, n, out);
+      SumSquaresBatch<T> batch{};
+      batch.count = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        if (ts[i].numel() == 0) continue;
+        batch.x[batch.count] = static_cast<const T*>(ts[i].raw_data());
+        batch.n[batch.count] = ts[i].numel();
+        batch.first[batch.count] = int(first[i] - first[lo]);
+        batch.first[++batch.count] = int(first[i + 1] - first[lo]);
+      }
+      const int grid = int(first[hi] - first[lo]);
+      if (grid == 0) return;
+      double* out = partials.data<double>() + first[lo];
+      if (aligned) {
+        sum_squares_partials_kernel<T, Acc, kPack16<T>><<<grid, kThreads, 0, stream>>>(batch, out);
       } else {
-        sum_squares_partials_kernel<T, Acc, 1><<<grid, kThreads, 0, stream>>>(p, n, out);
+        sum_squares_partials_kernel<T, Acc, 1><<<grid, kThreads, 0, stream>>>(batch, out);
       }
       HYB_CUDA_LAUNCH_CHECK("sum_squares_partials_kernel", grid, kThreads, 0);
     });
+    lo = hi;
   }
   const std::vector<double> host = partials.to_double_vector();
   for (size_t i = 0; i < ts.size(); ++i)

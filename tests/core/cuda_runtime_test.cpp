@@ -229,6 +229,28 @@ TEST_CASE("sum_squares on the device agrees with the fp64 cpu sum", "[core][cuda
   REQUIRE_FALSE(all_finite(bad.to(Device::cuda(0))));
 }
 
+TEST_CASE("sum_squares_each over a list of mixed dtypes, alignments and sizes gives each tensor's own sum",
+          "[core][cuda][gpu]") {
+  // More tensors than one launch's table, runs broken by dtype and alignment, empty tensors between.
+  std::vector<Tensor> host, dev;
+  for (int i = 0; i < 150; ++i) {
+    const DType dt = i % 37 == 5 ? DType::bf16 : i % 41 == 7 ? DType::f64 : DType::f32;
+    const int64_t n = i % 29 == 3 ? 0 : 1 + (int64_t(i) * 7919) % 70001;
+    Tensor h = random_tensor({n + 1}, 700 + uint64_t(i), DType::f64).to(dt);
+    const bool odd = i % 11 == 4;  // a view one element in: not 16-byte aligned
+    host.push_back(h.narrow(0, odd ? 1 : 0, n));
+    dev.push_back(h.to(Device::cuda(0)).narrow(0, odd ? 1 : 0, n));
+  }
+  const std::vector<double> got = sum_squares_each(dev);
+  REQUIRE(got.size() == dev.size());
+  for (size_t i = 0; i < dev.size(); ++i) {
+    INFO("tensor " << i << " " << dev[i].str());
+    REQUIRE(got[i] == sum_squares(dev[i]));  // the same blocks as the tensor alone: the same bits
+    const double ref = sum_squares(host[i]);
+    REQUIRE(std::fabs(got[i] - ref) <= 1e-5 * ref);
+  }
+}
+
 TEST_CASE("the caching allocator reuses blocks: cudaMalloc count stays flat across a loop", "[core][cuda][gpu]") {
   const size_t sizes[] = {1, 511, 513, 4096, (1 << 20) + 1, 3 << 20, 17 << 20};
   auto run = [&] {
