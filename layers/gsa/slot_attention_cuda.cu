@@ -1483,32 +1483,6 @@ SlotAttentionOut slot_attention_forward_cuda(const SlotAttentionArgs& a, bool wa
   return out;
 }
 
-SlotAttentionGrads slot_attention_window_kv_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                                 const Tensor& dout0) {
-  const Sizes z = sizes_of(a);
-  check_args(a, z);
-  HYB_CHECK(z.M == 0 && z.window > 0 && !a.bias.defined(), "slot_attention_window_kv (cuda): needs a window, no "
-            "slots and no bias");
-  const Device dev = a.q.device();
-  SlotAttentionGrads gr;
-  if (z.B * z.T * z.Hq == 0) return gr;
-  const Tensor dout = dout0.contiguous(), lsec = lse.contiguous(), dc = delta.contiguous();
-  const Memory mem = memory_states(a, z);
-  visit_cuda_float("slot_attention_window_kv", a.q.dtype(), [&](auto tag) {
-    using E = decltype(tag);
-    const size_t window_smem = window_grad_smem(z);
-    if (!chunk_rows_fit(dev, window_smem)) return;
-    gr.dkr = Tensor::zeros(a.k.shape(), DType::f32, dev);
-    gr.dv = Tensor::zeros(a.v.shape(), DType::f32, dev);
-    const unsigned kblocks = unsigned(z.B * z.Hkv * ((z.T + C - 1) / C));
-    allow_smem(window_grad_kernel<E>, window_smem);
-    window_grad_kernel<E><<<kblocks, kChunkThreads, window_smem, current_stream(dev.index)>>>(
-        z, row_inputs(a, mem), WindowGrads{dout.raw_data(), fptr(lsec), fptr(dc), fptr(gr.dkr), fptr(gr.dv)});
-    HYB_CUDA_LAUNCH_CHECK("slot_attention window_grad_kernel", kblocks, kChunkThreads, window_smem);
-  });
-  return gr;
-}
-
 SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
                                                 const Tensor& dout0, const Tensor& dHK0_, const Tensor& dHV0_) {
   const Sizes z = sizes_of(a);

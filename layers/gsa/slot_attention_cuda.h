@@ -56,10 +56,5 @@ struct SlotAttentionGrads {  // all f32; the caller converts to the inputs' dtyp
 // gradients of the final memories, or undefined.
 SlotAttentionGrads slot_attention_backward_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
                                                 const Tensor& dout, const Tensor& dHK, const Tensor& dHV);
-// Only the window's key-major gradients dkr, dv (f32) of a window without slots or bias, on a given delta
-// = <dO, O> (B, T, Hq) f32 (nha's fused path, whose B3 computes dqr); dv undefined when the kernel's
-// shared memory does not fit (then run slot_attention_backward_cuda).
-SlotAttentionGrads slot_attention_window_kv_cuda(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                                 const Tensor& dout);
 
 }  // namespace hyb

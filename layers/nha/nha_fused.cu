@@ -21,6 +21,10 @@ using namespace gsa_fused;
 
 namespace {
 
+using chunk_mma::load_rows;
+using chunk_mma::warp_mma;
+using chunk_mma::zero;
+
 // delta[row] = <dout[row], o[row]> over rows of V bf16 elements, one warp per row, fp32.
 __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restrict__ dout, const bf16x* __restrict__ o,
                                                           float* __restrict__ delta, int64_t rows, int V) {
@@ -33,6 +37,112 @@ __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restric
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) delta[row] = acc;
+}
+
+struct WindowKvArgs {
+  const bf16x *qr, *kr, *vw, *dout;  // (B, T, Hq, K), (B, T, Hkv, K), (B, T, Hkv, V), (B, T, Hq, V)
+  const float *lse, *delta;          // (B, T, Hq): the joint softmax's log normaliser and rowsum(dO .* O)
+  float *dkr, *dv;                   // (B, T, Hkv, K), (B, T, Hkv, V): written whole
+  float scale;
+  int window;  // 1 .. kC
+};
+
+constexpr int kWinLd = kC + 8;  // row stride of the per-warp P^T and dS^T tiles
+template <int KT, int VT>
+constexpr size_t window_kv_smem() {
+  return size_t(kC * (KT + 8) + kC * (VT + 8) + 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * kC * kWinLd) *
+             sizeof(bf16x) +
+         4 * kC * sizeof(float);
+}
+
+// The window's key and value gradients (nha.md 5.3) key-major, as the flash-attention backward: one CTA
+// per (chunk of 64 keys, b, kv head), each warp owning 16 keys; for every query head of the group the
+// queries that see those keys are the chunk's rows and the next chunk's (window <= 64), taken as two
+// halves of 64. Per half: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor cores, P^T = exp(scale S^T - lse)
+// inside the window, dS^T = P^T .* (dP^T - delta), then dV += P^T dO and dKr += dS^T Qr with P^T, dS^T
+// through the warp's own bf16 tiles. The sums stay in registers across heads: no atomics, one write.
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowKvArgs a, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sKr = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8] the chunk's keys
+  bf16x* sVw = sKr + kC * (KT + 8);             // [64][VT + 8]
+  bf16x* sQr = sVw + kC * (VT + 8);             // [128][KT + 8] the queries of the chunk and the next
+  bf16x* sDO = sQr + 2 * kC * (KT + 8);         // [128][VT + 8]
+  bf16x* sPt = sDO + 2 * kC * (VT + 8);         // [64][kWinLd] P^T, each warp its 16 rows
+  bf16x* sdSt = sPt + kC * kWinLd;              // [64][kWinLd] dS^T
+  float* sL = reinterpret_cast<float*>(sdSt + kC * kWinLd);  // [128] lse of the query rows
+  float* sD = sL + 2 * kC;                                   // [128] delta
+  const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
+  load_rows<kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K, nullptr);
+  load_rows<kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V, nullptr);
+  // The second half holds queries only when the window reaches past the chunk and the sequence goes on.
+  const int halves = a.window > 1 && t0 + kC < d.T ? 2 : 1;
+  float dk[1][KT / 8][4], dv[1][VT / 8][4];
+  zero(dk);
+  zero(dv);
+  for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
+    __syncthreads();  // the previous head's readers of sQr, sDO, sL, sD are done
+    load_rows<2 * kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
+                                    d.K, nullptr);
+    load_rows<2 * kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0,
+                                    d.T, d.V, nullptr);
+    for (int x = threadIdx.x; x < 2 * kC; x += kThreads) {
+      const bool in = t0 + x < d.T;
+      sL[x] = in ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+      sD[x] = in ? a.delta[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    }
+    __syncthreads();
+    for (int half = 0; half < halves; ++half) {
+      const bf16x* q = sQr + half * kC * (KT + 8);
+      const bf16x* o = sDO + half * kC * (VT + 8);
+      {
+        float st[1][kC / 8][4], dpt[1][kC / 8][4];
+        zero(st);
+        warp_mma<1, kC / 8, KT, false, true>(st, sKr, KT + 8, m0, q, KT + 8, 0, lane);
+        zero(dpt);
+        warp_mma<1, kC / 8, VT, false, true>(dpt, sVw, VT + 8, m0, o, VT + 8, 0, lane);
+#pragma unroll
+        for (int ni = 0; ni < kC / 8; ++ni)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = m0 + frag_row(lane, 2 * hh), x = ni * 8 + frag_col(lane, 0);
+            float p[2], ds[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {  // key t0 + r, query t0 + half kC + x + e
+              const int qx = half * kC + x + e, dist = qx - r;
+              const bool in = dist >= 0 && dist < a.window && r < n && t0 + qx < d.T;
+              p[e] = in ? __expf(a.scale * st[0][ni][2 * hh + e] - sL[qx]) : 0.f;
+              ds[e] = p[e] * (dpt[0][ni][2 * hh + e] - sD[qx]);
+            }
+            *reinterpret_cast<uint32_t*>(sPt + r * kWinLd + x) = pack_bf16(p[0], p[1]);
+            *reinterpret_cast<uint32_t*>(sdSt + r * kWinLd + x) = pack_bf16(ds[0], ds[1]);
+          }
+      }
+      __syncwarp();
+      warp_mma<1, VT / 8, kC, false, false>(dv, sPt, kWinLd, m0, o, VT + 8, 0, lane);
+      warp_mma<1, KT / 8, kC, false, false>(dk, sdSt, kWinLd, m0, q, KT + 8, 0, lane);
+      __syncwarp();  // the warp's P^T, dS^T rows are read before the next half writes them
+    }
+  }
+  float* dkr = a.dkr + (int64_t(b) * d.T * d.Hkv + j) * d.K;
+  float* dvo = a.dv + (int64_t(b) * d.T * d.Hkv + j) * d.V;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int r = m0 + frag_row(lane, e);
+    if (r >= n) continue;
+#pragma unroll
+    for (int ni = 0; ni < KT / 8; ++ni) {
+      const int col = ni * 8 + frag_col(lane, e);
+      if (col < d.K) dkr[int64_t(t0 + r) * d.Hkv * d.K + col] = a.scale * dk[0][ni][e];
+    }
+#pragma unroll
+    for (int ni = 0; ni < VT / 8; ++ni) {
+      const int col = ni * 8 + frag_col(lane, e);
+      if (col < d.V) dvo[int64_t(t0 + r) * d.Hkv * d.V + col] = dv[0][ni][e];
+    }
+  }
 }
 
 }  // namespace
@@ -82,6 +192,32 @@ bool nha_window_dq_fused(const SlotAttentionArgs& a) {
   // with the slot-attention kernels.
   return !a.bias.defined() && a.q.size(3) <= 64 && a.v.size(3) <= 64 &&
          backward_smem_bytes(a.q.size(3), a.v.size(3), true) <= size_t(chunk_mma::max_smem(a.q.device().index));
+}
+
+SlotAttentionGrads nha_window_kv_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
+                                      const Tensor& dout0) {
+  using chunk_mma::bp;
+  using chunk_mma::rows16;
+  const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
+  const int64_t Hkv = a.k.size(2), V = a.v.size(3);
+  HYB_CHECK(!a.bias.defined() && K <= 64 && V <= 64 && a.window >= 1 && a.window <= kC, "nha_window_kv_fused: needs "
+            "no bias, D, Dv <= 64 and 1 <= window <= ", kC, "; got D ", K, ", Dv ", V, ", window ", a.window);
+  const Device dev = a.q.device();
+  SlotAttentionGrads g;
+  g.dkr = Tensor::empty(a.k.shape(), DType::f32, dev);
+  g.dv = Tensor::empty(a.v.shape(), DType::f32, dev);
+  if (B * T * Hq == 0) return g;
+  const Tensor qr = rows16(a.qr), kr = rows16(a.kr), v = rows16(a.v), dout = rows16(dout0);
+  const Tensor lsec = lse.contiguous(), dc = delta.contiguous();
+  const Dims d{int(B), int(T), int(Hq), int(Hkv), int(Hq / Hkv), int(K), int(V), 0, int((T + kC - 1) / kC), 0};
+  const WindowKvArgs wa{bp(qr), bp(kr), bp(v), bp(dout), lsec.data<float>(), dc.data<float>(),
+                        g.dkr.data<float>(), g.dv.data<float>(), float(a.scale), int(a.window)};
+  constexpr size_t smem = window_kv_smem<64, 64>();
+  chunk_mma::set_smem(nha_window_kv_kernel<64, 64>, smem);
+  const dim3 grid(unsigned(d.NC), unsigned(B * Hkv));
+  nha_window_kv_kernel<64, 64><<<grid, kThreads, smem, current_stream(dev.index)>>>(wa, d);
+  HYB_CUDA_LAUNCH_CHECK("nha nha_window_kv_kernel", grid.x * grid.y, kThreads, smem);
+  return g;
 }
 
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0,

@@ -9,7 +9,7 @@
 // window side is the slot-attention backward without slots (M = 0) on the same lse and o, whose chunk
 // kernels take delta from o too (dqr per query tile, dkr and dv key-major: no atomics). Without a bias
 // and at D, Dv <= 64 (nha_window_dq_fused), the window's dqr is B3's (gsa_fused.h GsaBackwardWindow) and
-// the slot-attention side only runs its key-major kernel for dkr, dv on the fused path's delta.
+// its dkr, dv come from nha_window_kv_fused on the fused path's delta.
 // Taken for bf16 with 1 <= window <= 64, 1 <= M <= 64, D, Dv <= 128 (multiples of 8), any GQA group
 // (the forward not for the long-ratio statistic); HYBRID_NHA_FUSED=0 turns it off.
 //   if (nha_fused_supported(q, d)) { NhaFusedOut y = nha_forward_fused(a); }
@@ -38,6 +38,10 @@ struct NhaSlotGrads {
   Tensor dqr, delta;
 };
 bool nha_window_dq_fused(const SlotAttentionArgs& a);
+// With window_dq, the window's other gradients: dkr (the rotated keys') and the window part of dv, f32,
+// from the joint lse and the slot side's delta (nha_window_kv_kernel, key-major, no atomics).
+SlotAttentionGrads nha_window_kv_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
+                                       const Tensor& dout);
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
                                      const Tensor& dout, const Tensor& dHK, const Tensor& dHV, bool window_dq);
 

@@ -174,19 +174,20 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
     SlotAttentionGrads g;
     if (nha_fused_supported(s.q, d)) {
       // The joint softmax split by its logits: the slot side on gsa's fused backward, the window side
-      // on the slot-attention backward without slots, both from the joint lse and o.
-      // Without a bias the window's dqr comes from the slot side's B3 and only the key-major window
-      // kernel runs here.
+      // from the joint lse and o. Without a bias (at D, Dv <= 64) the window's dqr comes from the slot
+      // side's B3 and its dkr, dv from the fused key-major kernel; else the window side is the
+      // slot-attention backward without slots.
       const bool window_dq = nha_window_dq_fused(a);
       const NhaSlotGrads ns = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV, window_dq);
       const GsaGrads& sg = ns.slot;
-      SlotAttentionArgs w = a;
-      w.s = w.g = w.HK0 = w.HV0 = Tensor();
-      if (window_dq) g = slot_attention_window_kv_cuda(w, lse, ns.delta, dout);
-      if (g.dv.defined())
+      if (window_dq) {
+        g = nha_window_kv_fused(a, lse, ns.delta, dout);
         g.dqr = ns.dqr;
-      else
+      } else {
+        SlotAttentionArgs w = a;
+        w.s = w.g = w.HK0 = w.HV0 = Tensor();
         g = slot_attention_backward_cuda(w, lse, o, dout, Tensor(), Tensor());
+      }
       g.dq = sg.dq.to(DType::f32), g.dk = sg.dk.to(DType::f32);
       cuda_add_(g.dv, sg.dv.to(DType::f32), 1.0);
       g.ds = sg.ds, g.dg = sg.dg, g.dHK0 = sg.dHk0, g.dHV0 = sg.dHv0;

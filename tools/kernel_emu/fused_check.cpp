@@ -10,8 +10,8 @@
 //                           the slot tile, chunks on both sides of the mid-reference guard
 //   fused_check nha         the nha forward (o, final memories, joint lse) and the slot side of its
 //                           backward (dq, dk of the slots, ds, dg, initial memories; without a bias
-//                           at K, V <= 64 also B3's window dq, rotated back; the window's dk, dv are
-//                           slot attention's): T off the chunk and below the window, GQA, initial
+//                           at K, V <= 64 also B3's window dq, rotated back, and the window kernel's
+//                           dk and dv (with the slots' dv)): T off the chunk and below the window, GQA, initial
 //                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias;
 //                           the slot gradients read in place equal those on shifted copies
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include "autograd/gradcheck.h"
 #include "compare.h"
 #include "core/rng.h"
+#include "core/tensor_math.h"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 #include "layers/gsa/gsa_fused.h"
 #include "layers/mamba2/simple_gla_op.h"
@@ -311,6 +312,13 @@ void run_nha(const NhaCase& c) {
   if (window_dq) {
     const Tensor dqr = as(ng.dqr, DType::f64);
     check("dq window", c.rope ? rope_backward(dqr, tab, 0) : dqr, rg.dq_window);
+    // The window's key-major kernel: dkr, and dv with the slot side's part added.
+    const SlotAttentionGrads wk = nha_window_kv_fused(a, got.lse, ng.delta, as(dout, DType::bf16));
+    const Tensor dkr = as(wk.dkr, DType::f64);
+    check("dk window", c.rope ? rope_backward(dkr, tab, 0) : dkr, rg.dk_window);
+    Tensor dv = as(fg.dv, DType::f64).clone();
+    add_(dv, as(wk.dv, DType::f64));
+    check("dv", dv, rg.dv);
   }
   check("dq", fg.dq, rg.dq);
   check("dk", fg.dk, rg.dk);

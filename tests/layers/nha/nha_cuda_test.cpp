@@ -175,9 +175,10 @@ TEST_CASE("nha on cuda matches the cpu reference over several query tiles of the
 TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu reference, outputs and every gradient",
           "[nha][gpu]") {
   // bf16 without omega_L and 1 <= window <= 64 takes layers/nha/nha_fused.h (the slot side of the
-  // backward on gsa's fused kernels, the window side on slot attention's): T below the window and off
-  // the chunk, GQA, strong gates past the mid-reference guard, shift apart from the window, head dims
-  // up to 128.
+  // backward on gsa's fused kernels; the window side on slot attention's with a bias or D, Dv > 64, else
+  // B3's dq and nha_window_kv_kernel's dk, dv): T below the window and off the chunk, GQA, strong gates
+  // past the mid-reference guard, shift apart from the window, head dims up to 128, windows 1, 17, 32, 64
+  // without a bias.
   struct Case {
     int64_t B, T, Hq, Hkv, D, Dv, M, window, shift;
     bool rope, states, bias;
@@ -189,7 +190,10 @@ TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu referenc
                         Case{1, 100, 2, 1, 24, 40, 16, 17, 5, true, false, true, -4.0},
                         Case{1, 70, 2, 2, 32, 32, 8, 1, 0, false, true, true, -0.3},
                         Case{1, 129, 2, 1, 128, 64, 64, 32, 32, true, true, true, -0.9},
-                        Case{1, 64, 2, 2, 16, 16, 5, 64, 100, true, true, false, -0.9}}) {
+                        Case{1, 64, 2, 2, 16, 16, 5, 64, 100, true, true, false, -0.9},
+                        Case{2, 20, 4, 2, 16, 16, 8, 32, 32, true, true, false, -0.9},
+                        Case{1, 100, 2, 1, 24, 40, 16, 17, 5, true, false, false, -4.0},
+                        Case{2, 70, 2, 1, 32, 64, 8, 1, 0, false, true, false, -0.3}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " Dv " << c.Dv
                          << " M " << c.M << " w " << c.window << " shift " << c.shift << " g >= " << c.glo) {
       const std::vector<Tensor> in =
