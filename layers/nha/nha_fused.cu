@@ -39,6 +39,31 @@ __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restric
   if (lane == 0) delta[row] = acc;
 }
 
+// out = base + R(-a) win, row by row (B T H rows of D): the slot side's bf16 gradient plus the window
+// side's f32 one turned back through RoPE (rope_op.h: pairs (i, i + R/2) of the first R dims, the token
+// of row r at position offset + (r / H) % T), rounded once to bf16. R = 0: no rotation.
+__global__ void __launch_bounds__(256) add_window_grad_kernel(const bf16x* __restrict__ base,
+                                                             const float* __restrict__ win, bf16x* __restrict__ out,
+                                                             const float* __restrict__ cos_t,
+                                                             const float* __restrict__ sin_t, int64_t rows, int H,
+                                                             int D, int R, int T, int64_t offset) {
+  const int half = R / 2;
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < rows * D; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = x / D;
+    const int i = int(x - row * D);
+    if (i >= half && i < R) continue;  // the second of a pair: written with the first
+    if (i >= R) {
+      out[x] = __float2bfloat16(__bfloat162float(base[x]) + win[x]);
+      continue;
+    }
+    const int64_t pos = offset + (row / H) % T;
+    const float c = cos_t[pos * half + i], s = sin_t[pos * half + i];
+    const float a = win[x], b = win[x + half];
+    out[x] = __float2bfloat16(__bfloat162float(base[x]) + a * c + b * s);
+    out[x + half] = __float2bfloat16(__bfloat162float(base[x + half]) + b * c - a * s);
+  }
+}
+
 struct WindowKvArgs {
   const bf16x *qr, *kr, *vw, *dout;  // (B, T, Hq, K), (B, T, Hkv, K), (B, T, Hkv, V), (B, T, Hq, V)
   const float *lse, *delta;          // (B, T, Hq): the joint softmax's log normaliser and rowsum(dO .* O)
@@ -218,6 +243,26 @@ SlotAttentionGrads nha_window_kv_fused(const SlotAttentionArgs& a, const Tensor&
   nha_window_kv_kernel<64, 64><<<grid, kThreads, smem, current_stream(dev.index)>>>(wa, d);
   HYB_CUDA_LAUNCH_CHECK("nha nha_window_kv_kernel", grid.x * grid.y, kThreads, smem);
   return g;
+}
+
+Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTable* rope, int64_t offset) {
+  HYB_CHECK(base.dim() == 4 && base.dtype() == DType::bf16 && win.dtype() == DType::f32 && win.shape() == base.shape() &&
+                base.is_contiguous() && win.is_contiguous(),
+            "nha_add_window_grad: base ", base.str(), " and win ", win.str(), ": contiguous (B, T, H, D) bf16 and f32");
+  const int64_t T = base.size(1), H = base.size(2), D = base.size(3), rows = base.size(0) * T * H;
+  const int R = rope ? int(rope->rope_dim) : 0;
+  HYB_CHECK(!rope || (R <= D && R % 2 == 0 && rope->cos.device() == base.device() && offset + T <= rope->cos.size(0)),
+            "nha_add_window_grad: the RoPE table (rope_dim ", R, ", ", rope ? rope->cos.size(0) : 0,
+            " positions) does not fit D = ", D, ", positions up to ", offset + T - 1);
+  Tensor out = Tensor::empty(base.shape(), DType::bf16, base.device());
+  if (rows * D == 0) return out;
+  const int dev = base.device().index;
+  const unsigned blocks = unsigned(std::min<int64_t>((rows * D + 255) / 256, 16 * chunk_mma::sm_count(dev)));
+  add_window_grad_kernel<<<blocks, 256, 0, current_stream(dev)>>>(
+      chunk_mma::bp(base), win.data<float>(), chunk_mma::bp_mut(out), rope ? rope->cos.data<float>() : nullptr,
+      rope ? rope->sin.data<float>() : nullptr, rows, int(H), int(D), R, int(T), offset);
+  HYB_CUDA_LAUNCH_CHECK("nha add_window_grad_kernel", blocks, 256, 0);
+  return out;
 }
 
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0,

@@ -17,6 +17,7 @@
 #include "layers/gsa/gsa_op.h"
 #include "layers/gsa/slot_attention_cuda.h"
 #include "layers/nha/nha_op.h"
+#include "layers/rope/rope_op.h"
 
 namespace hyb {
 
@@ -42,6 +43,10 @@ bool nha_window_dq_fused(const SlotAttentionArgs& a);
 // from the joint lse and the slot side's delta (nha_window_kv_kernel, key-major, no atomics).
 SlotAttentionGrads nha_window_kv_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
                                        const Tensor& dout);
+// bf16(base + the window gradient win turned back through RoPE): one pass where a cast, the rotation, an
+// fp32 add and a cast back would be four. base (B, T, H, D) bf16, win f32, both contiguous; rope null for
+// none (dv), else the window's table with token t at position offset + t.
+Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTable* rope, int64_t offset);
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
                                      const Tensor& dout, const Tensor& dHK, const Tensor& dHV, bool window_dq);
 

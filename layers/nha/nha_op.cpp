@@ -180,6 +180,22 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
       const bool window_dq = nha_window_dq_fused(a);
       const NhaSlotGrads ns = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV, window_dq);
       const GsaGrads& sg = ns.slot;
+      if (window_dq && !win.separate) {
+        // Each gradient in one pass: the slot side's bf16 plus the window side's f32 turned back
+        // through RoPE.
+        const SlotAttentionGrads wk = nha_window_kv_fused(a, lse, ns.delta, dout);
+        const RopeTable tab = p.rope ? rope_table_for(s.q, p, d) : RopeTable();
+        const RopeTable* rope = p.rope ? &tab : nullptr;
+        NhaGrads r;
+        if (needed[0]) r.dq = nha_add_window_grad(sg.dq, ns.dqr, rope, p.rope_offset);
+        if (needed[1]) r.dk = nha_add_window_grad(sg.dk, wk.dkr, rope, p.rope_offset);
+        if (needed[2]) r.dv = nha_add_window_grad(sg.dv, wk.dv, nullptr, 0);
+        if (needed[3]) r.ds = sg.ds;
+        if (needed[4]) r.dg = sg.dg;
+        if (needed[5]) r.dHK0 = sg.dHk0;
+        if (needed[6]) r.dHV0 = sg.dHv0;
+        return r;
+      }
       if (window_dq) {
         g = nha_window_kv_fused(a, lse, ns.delta, dout);
         g.dqr = ns.dqr;

@@ -319,6 +319,14 @@ void run_nha(const NhaCase& c) {
     Tensor dv = as(fg.dv, DType::f64).clone();
     add_(dv, as(wk.dv, DType::f64));
     check("dv", dv, rg.dv);
+    // The one-pass sums the op returns when the window shares q and k with the slots.
+    Tensor dq = rg.dq.clone(), dk = rg.dk.clone();
+    add_(dq, rg.dq_window);
+    add_(dk, rg.dk_window);
+    const RopeTable* rope = c.rope ? &tab : nullptr;
+    check("dq sum", nha_add_window_grad(fg.dq, ng.dqr, rope, 0), dq);
+    check("dk sum", nha_add_window_grad(fg.dk, wk.dkr, rope, 0), dk);
+    check("dv sum", nha_add_window_grad(fg.dv, wk.dv, nullptr, 0), rg.dv);
   }
   check("dq", fg.dq, rg.dq);
   check("dk", fg.dk, rg.dk);
