@@ -129,6 +129,9 @@ int cmd_bench_dp(Args& args) {
     return nlohmann::json{{"fwd_bwd_ms", phase_ms[0] / double(steps)}, {"reduce_wait_ms", phase_ms[1] / double(steps)},
                           {"clip_adamw_ms", phase_ms[2] / double(steps)}};
   };
+  // Local phases before and after the data-parallel runs: a drift between them (clocks, the
+  // allocator's state) is not the reduction's cost.
+  const nlohmann::json phases_local_before = phases(false);
   const double local_ms = time_ms([&] { step(false); });
   nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"seq_len", T},
                       {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"local_step_ms", local_ms},
@@ -144,6 +147,7 @@ int cmd_bench_dp(Args& args) {
     r["buckets"] = sync->buckets().size();
     r["phases_dp"] = phases(true);
   }
+  r["phases_local_before"] = phases_local_before;
   r["phases_local"] = phases(false);
   if (env.rank == 0) {
     std::printf("%s\n", r.dump().c_str());
