@@ -129,15 +129,20 @@ int cmd_bench_dp(Args& args) {
     return nlohmann::json{{"fwd_bwd_ms", phase_ms[0] / double(steps)}, {"reduce_wait_ms", phase_ms[1] / double(steps)},
                           {"clip_adamw_ms", phase_ms[2] / double(steps)}};
   };
-  // Local phases before and after the data-parallel runs: a drift between them (clocks, the
-  // allocator's state) is not the reduction's cost.
-  const nlohmann::json phases_local_before = phases(false);
+  // Each section is announced with the time (stderr), to line it up with clock and power samples
+  // (tools/device_dp_tune.sh, DP_CLOCKS=1).
+  auto section = [&](const char* what) {
+    if (env.rank == 0) spdlog::info("bench dp: {}", what);
+  };
+  section("local steps");
   const double local_ms = time_ms([&] { step(false); });
   nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"seq_len", T},
                       {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"local_step_ms", local_ms},
                       {"local_tokens_per_s_per_gpu", double(b * T) / (local_ms * 1e-3)}};
   if (sync) {
+    section("data-parallel steps");
     const double dp_ms = time_ms([&] { step(true); });
+    section("the reduction alone");
     const double comm_ms = time_ms(comm_only);
     r["dp_step_ms"] = dp_ms;
     r["comm_only_ms"] = comm_ms;
@@ -145,10 +150,12 @@ int cmd_bench_dp(Args& args) {
     r["efficiency_vs_local"] = local_ms / dp_ms;
     r["hidden_fraction"] = 1.0 - (dp_ms - local_ms) / comm_ms;
     r["buckets"] = sync->buckets().size();
+    section("phases of data-parallel steps");
     r["phases_dp"] = phases(true);
   }
-  r["phases_local_before"] = phases_local_before;
+  section("phases of local steps");
   r["phases_local"] = phases(false);
+  section("done");
   if (env.rank == 0) {
     std::printf("%s\n", r.dump().c_str());
     if (!out.empty()) std::ofstream(out) << r.dump(2) << "\n";
