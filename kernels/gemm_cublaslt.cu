@@ -61,14 +61,13 @@ cudaDataType_t cuda_type(DType t) {
 // Everything a cached plan depends on, in cuBLASLt's (column-major) terms.
 struct PlanKey {
   int device;
-  int sm_target;  // 0: the whole device
   DType dtype;
   bool bias;  // the bias epilogue, its vector in the output's dtype
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
   auto tie() const {
-    return std::tie(device, sm_target, dtype, bias, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b,
+    return std::tie(device, dtype, bias, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b,
                     stride_c, align_a, align_b, align_c);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
@@ -91,7 +90,6 @@ struct GemmCache {
   std::mutex mutex;
   std::map<PlanKey, Plan> plans;
   std::vector<DeviceGemm> devices;
-  std::vector<int> sm_target;  // per device, 0: the whole device (gemm_reserve_sms)
 };
 
 GemmCache& gemm_cache() {
@@ -104,10 +102,7 @@ void lt_check(cublasStatus_t s, const char* call, const std::string& context) {
 }
 
 DeviceGemm& device_gemm(GemmCache& cache, int device) {
-  if (cache.devices.empty()) {
-    cache.devices.resize(size_t(cuda_device_count()));
-    cache.sm_target.assign(cache.devices.size(), 0);
-  }
+  if (cache.devices.empty()) cache.devices.resize(size_t(cuda_device_count()));
   DeviceGemm& g = cache.devices[size_t(device)];
   if (!g.handle) {
     CudaDeviceGuard guard(device);
@@ -146,7 +141,6 @@ Plan make_plan(const PlanKey& k, cublasLtHandle_t handle, const std::string& con
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, context);
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, context);
   if (k.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, context);
-  if (k.sm_target > 0) set_desc(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t(k.sm_target), context);
   p.layout_a = make_layout(k.dtype, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k, k.lda, k.batch, k.stride_a, context);
   p.layout_b = make_layout(k.dtype, k.trans_b ? k.n : k.k, k.trans_b ? k.k : k.n, k.ldb, k.batch, k.stride_b, context);
   p.layout_c = make_layout(k.dtype, k.m, k.n, k.ldc, k.batch, k.stride_c, context);
@@ -251,7 +245,6 @@ void gemm(const char* op, const Tensor& c, const Tensor& a, const Tensor& b, con
   GemmCache& cache = gemm_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   DeviceGemm& dg = device_gemm(cache, device);
-  key.sm_target = cache.sm_target[size_t(device)];
   auto lookup = [&]() -> const Plan& {
     auto it = cache.plans.find(key);
     if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(key, dg.handle, context)).first;
@@ -280,16 +273,6 @@ void gemm(const char* op, const Tensor& c, const Tensor& a, const Tensor& b, con
 }
 
 }  // namespace
-
-void gemm_reserve_sms(int device, int sms) {
-  const int total = cuda_device_props(device).sm_count;
-  HYB_CHECK(sms >= 0 && sms < total, "gemm_reserve_sms: cuda:", device, " has ", total, " SMs, cannot leave ", sms,
-            " of them to other kernels");
-  GemmCache& cache = gemm_cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  device_gemm(cache, device);
-  cache.sm_target[size_t(device)] = sms == 0 ? 0 : total - sms;
-}
 
 void matmul_into_cuda(const Tensor& c, const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t batch, int64_t M,
                       int64_t N, int64_t K, bool shared_b, double alpha, double beta) {

@@ -20,10 +20,4 @@ void matmul_into_cuda(const Tensor& c, const Tensor& a, const Tensor& b, bool tr
 void matmul_bias_into_cuda(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a,
                            bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, bool shared_b);
 
-// GEMMs queued on `device` from now on are planned for sm_count - sms multiprocessors (cuBLASLt's
-// SM-count target), so that a kernel running beside them (an NCCL collective holds some SMs for its
-// whole length) does not push their last wave into a later one; 0 plans for the whole device again.
-// Each value has its own cached plans.
-void gemm_reserve_sms(int device, int sms);
-
 }  // namespace hyb

@@ -9,7 +9,6 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
-#include "kernels/gemm_cuda.h"
 #include "train/distributed/rendezvous.h"
 
 namespace hyb {
@@ -19,8 +18,6 @@ struct NcclCommunicator::State {
   int device = 0;
   double timeout_s = 600;
   bool aborted = false;
-  int gemm_reserve = 0;     // HYBRID_GEMM_SM_RESERVE
-  bool reserving = false;  // collectives are queued that compute has not waited for
   CudaEvent compute_done, comm_done;
   cudaStream_t comm_stream() const { return cuda_stream(device, StreamRole::comm); }
   cudaStream_t compute_stream() const { return cuda_stream(device, StreamRole::compute); }
@@ -43,18 +40,6 @@ static ncclDataType_t nccl_type(const Tensor& t, const char* op) {
   throw Error(str_cat(op, ": NCCL collectives here take f32 or f64, got ", dtype_name(t.dtype())));
 }
 
-// HYBRID_GEMM_SM_RESERVE (SMs, default 0): while collectives overlap compute, GEMMs are planned for
-// that many SMs fewer (gemm_reserve_sms), the ones NCCL's kernels hold.
-static int gemm_sm_reserve() {
-  const char* v = std::getenv("HYBRID_GEMM_SM_RESERVE");
-  if (!v) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  HYB_CHECK(end && end != v && *end == '\0' && n >= 0 && n < 1024, "environment variable HYBRID_GEMM_SM_RESERVE=\"", v,
-            "\" is not a number of SMs (0 to 1023)");
-  return int(n);
-}
-
 static ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
@@ -73,7 +58,6 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, int device, double timeou
   s_ = std::make_unique<State>();
   s_->device = device;
   s_->timeout_s = timeout_s;
-  s_->gemm_reserve = gemm_sm_reserve();
   ncclUniqueId id{};
   if (rank_ == 0) HYB_NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
   const std::string shared = rendezvous_share(env, std::string(id.internal, sizeof(id.internal)), rendezvous_timeout_s());
@@ -131,10 +115,6 @@ void NcclCommunicator::copy(Tensor& dst, const Tensor& src) {
 void NcclCommunicator::after_compute() {
   s_->compute_done.record(s_->compute_stream());
   s_->compute_done.block(s_->comm_stream());
-  if (s_->gemm_reserve > 0 && !s_->reserving) {
-    gemm_reserve_sms(s_->device, s_->gemm_reserve);
-    s_->reserving = true;
-  }
 }
 
 void NcclCommunicator::before_compute() {
@@ -156,10 +136,6 @@ void NcclCommunicator::before_compute() {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   s_->comm_done.block(s_->compute_stream());
-  if (s_->reserving) {
-    gemm_reserve_sms(s_->device, 0);
-    s_->reserving = false;
-  }
 }
 
 }  // namespace hyb
