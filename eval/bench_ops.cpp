@@ -228,7 +228,7 @@ std::vector<BenchCase> make_cases() {
     for (auto& x : t) x = int32_t(r.below(50257));
     Tensor targets = Tensor::from_vector<int32_t>(t, {N}).to(Device::cuda(0));
     CrossEntropyResult res = cross_entropy_forward(z, targets, 50257, -1);
-    CrossEntropySaved s{z, targets, res.lse, 50257, -1, res.count};
+    CrossEntropySaved s{z, targets, res.lse, 50257, -1, res.count()};
     cases.push_back({"cross_entropy_forward", "8192x50304 bf16", double(N * V * 2), double(N * V * 3),
                      [=] { cross_entropy_forward(z, targets, 50257, -1); }});
     cases.push_back({"cross_entropy_backward", "8192x50304 bf16 in place", double(N * V * 2 * 2), double(N * V * 4),

@@ -57,6 +57,7 @@ void score_mqar_batch(const Tensor& logits, const Tensor& targets, int64_t vocab
             logits.shape(), " do not match labels ", targets.shape());
   const Tensor flat = targets.reshape({-1});
   CrossEntropyResult ce = cross_entropy_forward(logits, flat.to(logits.device()), vocab, kMqarIgnore);
+  ce.count();  // throws on a label outside the vocabulary
   const std::vector<double> nll = ce.nll.to_double_vector(), am = ce.argmax.to_double_vector(), y = flat.to_double_vector();
   const int64_t rows = targets.size(0), T = targets.size(1);
   for (int64_t b = 0; b < rows; ++b) {

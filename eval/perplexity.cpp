@@ -21,7 +21,7 @@ PplResult evaluate_ppl(CausalLM& model, const EvalWindows& windows, int64_t batc
     Tensor targets = b.targets.reshape({-1});
     CrossEntropyResult ce = cross_entropy_forward(logits.data(), targets.to(device), vocab, -1);
     for (double v : ce.nll.to_double_vector()) r.nll_sum += v;
-    r.targets += ce.count;
+    r.targets += ce.count();
     std::vector<double> am = ce.argmax.to_double_vector(), tv = targets.to_double_vector();
     for (size_t i = 0; i < am.size(); ++i) r.correct += am[i] == tv[i];
     r.windows += n;

@@ -18,12 +18,15 @@ CrossEntropyResult cross_entropy_forward_cpu(const Tensor& logits0, const Tensor
   r.nll = Tensor::empty({N}, stat);
   r.lse = Tensor::empty({N}, stat);
   r.argmax = Tensor::empty({N}, DType::i32);
+  r.vocab = vocab;
   const int32_t* tp = targets.data<int32_t>();
+  int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) {
     if (tp[n] == ignore_index) continue;
     HYB_CHECK(tp[n] >= 0 && tp[n] < vocab, "cross_entropy: target ", tp[n], " at row ", n, " is outside [0, ", vocab, ")");
-    ++r.count;
+    ++count;
   }
+  r.tally = Tensor::from_vector(std::vector<int64_t>{count, 0}, {2});
   visit_float("cross_entropy_forward", logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* zp = logits.data<T>();

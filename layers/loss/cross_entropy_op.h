@@ -22,7 +22,13 @@ struct CrossEntropyResult {
   Tensor nll;     // (N,) per-row negative log-likelihood (0 on ignored rows), f32/f64
   Tensor lse;     // (N,)
   Tensor argmax;  // (N,) i32: the largest logit's column (ties to the lowest), for token accuracy
-  int64_t count = 0;
+  // (2,) i64 on the logits' device: the rows that count and the rows whose target is outside
+  // [0, vocab). Only count() reads it, so the CUDA forward queues its kernel and returns without
+  // waiting for the device.
+  Tensor tally;
+  int64_t vocab = 0;
+  // The rows that count; throws if a target was outside [0, vocab) (a device-to-host copy on CUDA).
+  int64_t count() const;
 };
 
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t vocab,

@@ -11,6 +11,7 @@
 // (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
 // device the results are the same bits on every run.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
@@ -299,8 +300,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 // xhat) by one block_row_sum, and the thread's columns' dw in registers over all its slot's rows.
 // At the end the block adds its slots' dw in slot order (through s_dw, blockDim.y rows of C floats,
 // when there are several) into its partial row.
-template <typename T, int V, int kRows>
-__global__ void __launch_bounds__(kMaxRowThreads, 2)
+template <typename T, int V, int kRows, int kMaxThreads = kMaxRowThreads, int kMinBlocks = 2>
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
     rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
                                  const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ dw_partial,
                                  int64_t rows, int C) {
@@ -337,33 +338,28 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     float m[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) m[r] = 0.f;
+    // Elements are converted where used, not a pack at a time: three unpacked bf16 packs are 24
+    // registers, which made ptxas spill.
+    auto f = [](T e) { return device_convert<float>(e); };
     if (dx) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float xv[V], gv[V], wv[V];
-        unpack_f32(xp[r], xv);
-        unpack_f32(gp[r], gv);
-        unpack_f32(wp, wv);
+      for (int r = 0; r < kRows; ++r)
 #pragma unroll
-        for (int j = 0; j < V; ++j) m[r] += gv[j] * wv[j] * xv[j] * rs[r];
-      }
+        for (int j = 0; j < V; ++j) m[r] += f(gp[r].v[j]) * f(wp.v[j]) * f(xp[r].v[j]) * rs[r];
       block_row_sum(m, s_sum[step % 2]);
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float xv[V], gv[V];
-      unpack_f32(xp[r], xv);
-      unpack_f32(gp[r], gv);
       if (dx && active && row0 + r < rows) {
         const float mr = m[r] / float(C);
-        float wv[V], out[V];
-        unpack_f32(wp, wv);
+        P out;
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = rs[r] * (gv[j] * wv[j] - xv[j] * rs[r] * mr);
-        store_f32(dx + (row0 + r) * C + c, out);
+        for (int j = 0; j < V; ++j)
+          out.v[j] = device_convert<T>(rs[r] * (f(gp[r].v[j]) * f(wp.v[j]) - f(xp[r].v[j]) * rs[r] * mr));
+        store_pack(dx + (row0 + r) * C + c, out);
       }
 #pragma unroll
-      for (int j = 0; j < V; ++j) dw[j] += gv[j] * xv[j] * rs[r];
+      for (int j = 0; j < V; ++j) dw[j] += f(gp[r].v[j]) * f(xp[r].v[j]) * rs[r];
     }
   }
   if (!dw_partial) return;
@@ -479,7 +475,18 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     } else if (packed && C <= kMaxRowThreads * P) {
       const dim3 block = row_group_block(C, P, kRowGroupThreads);
       const size_t smem = needed[1] && block.y > 1 ? block.y * row_bytes : 0;
-      launch(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>, block, int(block.y) * kBwdRowsPerSlot, smem);
+      static const int exp_rows = [] {
+        const char* e = std::getenv("HYBRID_RMSNORM_BWD_ROWS");
+        return e ? std::atoi(e) : kBwdRowsPerSlot;
+      }();
+      if (exp_rows == 4 && block.x * block.y <= 256)
+        launch(rmsnorm_backward_rows_kernel<T, P, 4, 256, 3>, block, int(block.y) * 4, smem);
+      else if (exp_rows == 5 && block.x * block.y <= 256)
+        launch(rmsnorm_backward_rows_kernel<T, P, 2, 256, 3>, block, int(block.y) * 2, smem);
+      else if (exp_rows == 3 && block.x * block.y <= 256)
+        launch(rmsnorm_backward_rows_kernel<T, P, 3, 256, 3>, block, int(block.y) * 3, smem);
+      else
+        launch(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>, block, int(block.y) * kBwdRowsPerSlot, smem);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;

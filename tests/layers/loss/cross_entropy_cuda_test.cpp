@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
@@ -50,4 +51,21 @@ TEST_CASE("cross-entropy on cuda: argmax takes the first column of a tie, packed
       for (int r = 0; r < 6; ++r) REQUIRE(am[r] == double(ties[r].first));
     }
   }
+}
+
+TEST_CASE("cross-entropy on cuda tallies counted rows and reports an out-of-range target at count()",
+          "[cross_entropy][gpu]") {
+  Tensor z = random_tensor({40, 300}, 4, DType::f32, 2.0).to(Device::cuda(0));
+  std::vector<int32_t> t(40);
+  for (int i = 0; i < 40; ++i) t[size_t(i)] = i % 7 == 0 ? -1 : (i * 13) % 300;
+  const auto counted = std::count_if(t.begin(), t.end(), [](int32_t x) { return x != -1; });
+  auto ok = cross_entropy_forward(z, Tensor::from_vector<int32_t>(t, {40}).to(Device::cuda(0)), 300, -1);
+  REQUIRE(ok.count() == counted);
+  t[9] = 300;
+  t[22] = -5;
+  auto bad = cross_entropy_forward(z, Tensor::from_vector<int32_t>(t, {40}).to(Device::cuda(0)), 300, -1);
+  REQUIRE_THROWS_WITH(bad.count(), Catch::Contains("2 targets are outside [0, 300)"));
+  Var logits(z, true);
+  REQUIRE_THROWS_WITH(cross_entropy(logits, Tensor::from_vector<int32_t>(t, {40}).to(Device::cuda(0)), 300, -1),
+                      Catch::Contains("outside [0, 300)"));
 }
