@@ -11,13 +11,13 @@
 // (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
 // device the results are the same bits on every run.
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
 #include "kernels/vector_io.cuh"
+#include "layers/softmax_attention/flash_attention_device.cuh"  // cp.async
 #include "layers/norm/rmsnorm_op.h"
 
 namespace hyb {
@@ -27,9 +27,8 @@ constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
 // Row-group kernels: rows of up to kMaxRowThreads packs, at most 64 registers a thread, blocks of
 // about kRowGroupThreads threads (several slots when a row is narrower): four blocks an SM at
 // d_model 1024, whose barriers fall at different times, so one block's loads are in flight while
-// another reduces. Rows a slot keeps in flight: forward (x only) and backward (x and dy), at 1024
-// threads an SM 64 KiB of loads either way; four backward rows would not fit 64 registers (ptxas
-// spills).
+// another reduces. Rows a slot keeps in flight: forward (x only) in registers; backward (x and dy)
+// in shared memory, one group ahead (rmsnorm_backward_rows_kernel).
 constexpr int kMaxRowThreads = 512;
 constexpr int kRowGroupThreads = 256;
 constexpr int kFwdRowsPerSlot = 4;
@@ -296,75 +295,99 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   }
 }
 
-// The backward in the same layout: kRows packs of x and of dy in flight per thread, the rows' mean(g *
-// xhat) by one block_row_sum, and the thread's columns' dw in registers over all its slot's rows.
-// At the end the block adds its slots' dw in slot order (through s_dw, blockDim.y rows of C floats,
-// when there are several) into its partial row.
-template <typename T, int V, int kRows, int kMaxThreads = kMaxRowThreads, int kMinBlocks = 2>
-__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
+// The backward in the same layout, its loads one row group ahead: each thread copies its packs of x
+// and dy for the next group into shared memory (cp.async, two stages) before computing this one, so
+// the block's loads stay in flight across the statistics' barrier and the math (a thread holding
+// the next group in registers instead spilled). A thread reads back only the packs it copied, so
+// the copy's own completion (cp.async.wait_group) orders them and no barrier is needed; rstd of the
+// next group is loaded into registers at the same time. The rows' mean(g * xhat) by one
+// block_row_sum; the thread's columns' dw in registers over all its slot's rows. At the end the
+// block adds its slots' dw in slot order (through s_dw, blockDim.y rows of C floats, when there are
+// several) into its partial row. Shared memory: rows_backward_smem.
+template <typename T, int V, int kRows>
+__global__ void __launch_bounds__(kMaxRowThreads, 2)
     rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
                                  const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ dw_partial,
                                  int64_t rows, int C) {
   using P = Pack<T, V>;
-  extern __shared__ float s_dw[];  // (blockDim.y, C) when blockDim.y > 1
+  static_assert(sizeof(P) == 16, "the copies are 16-byte cp.async");
+  extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float s_sum[2][kMaxBlockWarps * kRows];
+  const int slots = int(blockDim.y);
+  T* s_rows = reinterpret_cast<T*>(smem);  // [stage][slot][row][x, dy][C]
+  float* s_dw = reinterpret_cast<float*>(smem + size_t(2) * slots * kRows * 2 * C * sizeof(T));
   const int c = threadIdx.x * V;
   const bool active = c < C;
-  P wp{};  // w stays a raw pack: the registers go to the rows in flight
+  auto staged = [&](int stage, int r, int which) {
+    return s_rows + ((int64_t(stage * slots + int(threadIdx.y)) * kRows + r) * 2 + which) * C + c;
+  };
+  const int64_t group = int64_t(slots) * kRows, stride = int64_t(gridDim.x) * group;
+  float rs_next[kRows];
+  // Rows past the end are zero-filled (and their rstd 0): they add nothing to any sum.
+  auto issue = [&](int64_t first, int stage) {
+    const int64_t row0 = first + int64_t(threadIdx.y) * kRows;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const bool ok = row0 + r < rows;
+      rs_next[r] = ok ? rstd[row0 + r] : 0.f;
+      if (active) {
+        flash::cp_async16(flash::smem_u32(staged(stage, r, 0)), ok ? x + (row0 + r) * C + c : x, ok);
+        flash::cp_async16(flash::smem_u32(staged(stage, r, 1)), ok ? dy + (row0 + r) * C + c : dy, ok);
+      }
+    }
+    flash::cp_async_commit();
+  };
+  P wp{};
   if (active) wp = load_pack<P>(w + c);
   float dw[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) dw[j] = 0.f;
-  const int64_t group = int64_t(blockDim.y) * kRows;
+  auto f = [](T e) { return device_convert<float>(e); };
   int step = 0;
+  issue(int64_t(blockIdx.x) * group, 0);
 #pragma unroll 1
-  for (int64_t first = int64_t(blockIdx.x) * group; first < rows; first += int64_t(gridDim.x) * group, ++step) {
+  for (int64_t first = int64_t(blockIdx.x) * group; first < rows; first += stride, ++step) {
+    const int stage = step % 2;
     const int64_t row0 = first + int64_t(threadIdx.y) * kRows;
-    P xp[kRows], gp[kRows];
     float rs[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      xp[r] = gp[r] = P{};
-      rs[r] = 0.f;
-      if (row0 + r < rows) {
-        rs[r] = rstd[row0 + r];
-        if (active) {
-          xp[r] = load_pack<P>(x + (row0 + r) * C + c);
-          gp[r] = load_pack<P>(dy + (row0 + r) * C + c);
-        }
-      }
-    }
+    for (int r = 0; r < kRows; ++r) rs[r] = rs_next[r];
+    issue(first + stride, stage ^ 1);
+    flash::cp_async_wait<1>();
     // mean(g * xhat) of the rows when dx is wanted (a uniform branch: the barrier is safe).
     float m[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) m[r] = 0.f;
-    // Elements are converted where used, not a pack at a time: three unpacked bf16 packs are 24
-    // registers, which made ptxas spill.
-    auto f = [](T e) { return device_convert<float>(e); };
     if (dx) {
+      if (active)
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
+        for (int r = 0; r < kRows; ++r) {
+          const P xp = load_pack<P>(staged(stage, r, 0)), gp = load_pack<P>(staged(stage, r, 1));
 #pragma unroll
-        for (int j = 0; j < V; ++j) m[r] += f(gp[r].v[j]) * f(wp.v[j]) * f(xp[r].v[j]) * rs[r];
+          for (int j = 0; j < V; ++j) m[r] += f(gp.v[j]) * f(wp.v[j]) * f(xp.v[j]) * rs[r];
+        }
       block_row_sum(m, s_sum[step % 2]);
     }
+    if (!active) continue;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (dx && active && row0 + r < rows) {
+      const P xp = load_pack<P>(staged(stage, r, 0)), gp = load_pack<P>(staged(stage, r, 1));
+      if (dx && row0 + r < rows) {
         const float mr = m[r] / float(C);
         P out;
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          out.v[j] = device_convert<T>(rs[r] * (f(gp[r].v[j]) * f(wp.v[j]) - f(xp[r].v[j]) * rs[r] * mr));
+          out.v[j] = device_convert<T>(rs[r] * (f(gp.v[j]) * f(wp.v[j]) - f(xp.v[j]) * rs[r] * mr));
         store_pack(dx + (row0 + r) * C + c, out);
       }
 #pragma unroll
-      for (int j = 0; j < V; ++j) dw[j] += f(gp[r].v[j]) * f(xp[r].v[j]) * rs[r];
+      for (int j = 0; j < V; ++j) dw[j] += f(gp.v[j]) * f(xp.v[j]) * rs[r];
     }
   }
+  flash::cp_async_wait<0>();  // the last, empty group
   if (!dw_partial) return;
   float* out = dw_partial + int64_t(blockIdx.x) * C + c;
-  if (blockDim.y == 1) {
+  if (slots == 1) {
     if (active) store_f32(out, dw);
     return;
   }
@@ -373,10 +396,17 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
     for (int j = 0; j < V; ++j) s_dw[int64_t(threadIdx.y) * C + c + j] = dw[j];
   __syncthreads();
   if (threadIdx.y != 0 || !active) return;
-  for (int k = 1; k < int(blockDim.y); ++k)
+  for (int k = 1; k < slots; ++k)
 #pragma unroll
     for (int j = 0; j < V; ++j) dw[j] += s_dw[int64_t(k) * C + c + j];
   store_f32(out, dw);
+}
+
+// Dynamic shared memory of rmsnorm_backward_rows_kernel: two stages of the block's rows of x and dy,
+// and the slots' dw rows when there are several.
+template <typename T>
+size_t rows_backward_smem(dim3 block, int rows_per_slot, int C, bool dw) {
+  return size_t(2) * block.y * rows_per_slot * 2 * C * sizeof(T) + (dw && block.y > 1 ? size_t(block.y) * C * 4 : 0);
 }
 
 }  // namespace
@@ -474,19 +504,10 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
     } else if (packed && C <= kMaxRowThreads * P) {
       const dim3 block = row_group_block(C, P, kRowGroupThreads);
-      const size_t smem = needed[1] && block.y > 1 ? block.y * row_bytes : 0;
-      static const int exp_rows = [] {
-        const char* e = std::getenv("HYBRID_RMSNORM_BWD_ROWS");
-        return e ? std::atoi(e) : kBwdRowsPerSlot;
-      }();
-      if (exp_rows == 4 && block.x * block.y <= 256)
-        launch(rmsnorm_backward_rows_kernel<T, P, 4, 256, 3>, block, int(block.y) * 4, smem);
-      else if (exp_rows == 5 && block.x * block.y <= 256)
-        launch(rmsnorm_backward_rows_kernel<T, P, 2, 256, 3>, block, int(block.y) * 2, smem);
-      else if (exp_rows == 3 && block.x * block.y <= 256)
-        launch(rmsnorm_backward_rows_kernel<T, P, 3, 256, 3>, block, int(block.y) * 3, smem);
-      else
-        launch(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>, block, int(block.y) * kBwdRowsPerSlot, smem);
+      auto kernel = rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>;
+      const size_t smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, C, needed[1]);
+      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      launch(kernel, block, int(block.y) * kBwdRowsPerSlot, smem);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
