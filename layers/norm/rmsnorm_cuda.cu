@@ -11,6 +11,7 @@
 // (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
 // device the results are the same bits on every run.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 // block_row_sum; the thread's columns' dw in registers over all its slot's rows. At the end the
 // block adds its slots' dw in slot order (through s_dw, blockDim.y rows of C floats, when there are
 // several) into its partial row. Shared memory: rows_backward_smem.
-template <typename T, int V, int kRows>
+template <typename T, int V, int kRows, int kStages>
 __global__ void __launch_bounds__(kMaxRowThreads, 2)
     rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
                                  const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ dw_partial,
@@ -315,21 +316,21 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   __shared__ float s_sum[2][kMaxBlockWarps * kRows];
   const int slots = int(blockDim.y);
   T* s_rows = reinterpret_cast<T*>(smem);  // [stage][slot][row][x, dy][C]
-  float* s_dw = reinterpret_cast<float*>(smem + size_t(2) * slots * kRows * 2 * C * sizeof(T));
+  float* s_dw = reinterpret_cast<float*>(smem + size_t(kStages) * slots * kRows * 2 * C * sizeof(T));
   const int c = threadIdx.x * V;
   const bool active = c < C;
   auto staged = [&](int stage, int r, int which) {
     return s_rows + ((int64_t(stage * slots + int(threadIdx.y)) * kRows + r) * 2 + which) * C + c;
   };
   const int64_t group = int64_t(slots) * kRows, stride = int64_t(gridDim.x) * group;
-  float rs_next[kRows];
+  float rs_ahead[kStages - 1][kRows];  // rstd of the groups in flight, oldest first
   // Rows past the end are zero-filled (and their rstd 0): they add nothing to any sum.
   auto issue = [&](int64_t first, int stage) {
     const int64_t row0 = first + int64_t(threadIdx.y) * kRows;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const bool ok = row0 + r < rows;
-      rs_next[r] = ok ? rstd[row0 + r] : 0.f;
+      rs_ahead[kStages - 2][r] = ok ? rstd[row0 + r] : 0.f;
       if (active) {
         flash::cp_async16(flash::smem_u32(staged(stage, r, 0)), ok ? x + (row0 + r) * C + c : x, ok);
         flash::cp_async16(flash::smem_u32(staged(stage, r, 1)), ok ? dy + (row0 + r) * C + c : dy, ok);
@@ -344,16 +345,27 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   for (int j = 0; j < V; ++j) dw[j] = 0.f;
   auto f = [](T e) { return device_convert<float>(e); };
   int step = 0;
-  issue(int64_t(blockIdx.x) * group, 0);
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+#pragma unroll
+    for (int a = 0; a + 1 < kStages - 1; ++a)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
+    issue(int64_t(blockIdx.x) * group + k * stride, k);
+  }
 #pragma unroll 1
   for (int64_t first = int64_t(blockIdx.x) * group; first < rows; first += stride, ++step) {
-    const int stage = step % 2;
+    const int stage = step % kStages;
     const int64_t row0 = first + int64_t(threadIdx.y) * kRows;
     float rs[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) rs[r] = rs_next[r];
-    issue(first + stride, stage ^ 1);
-    flash::cp_async_wait<1>();
+    for (int r = 0; r < kRows; ++r) rs[r] = rs_ahead[0][r];
+#pragma unroll
+    for (int a = 0; a + 1 < kStages - 1; ++a)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
+    issue(first + (kStages - 1) * stride, (step + kStages - 1) % kStages);
+    flash::cp_async_wait<kStages - 1>();
     // mean(g * xhat) of the rows when dx is wanted (a uniform branch: the barrier is safe).
     float m[kRows];
 #pragma unroll
@@ -384,7 +396,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
       for (int j = 0; j < V; ++j) dw[j] += f(gp.v[j]) * f(xp.v[j]) * rs[r];
     }
   }
-  flash::cp_async_wait<0>();  // the last, empty group
+  flash::cp_async_wait<0>();  // the last, empty groups
   if (!dw_partial) return;
   float* out = dw_partial + int64_t(blockIdx.x) * C + c;
   if (slots == 1) {
@@ -405,8 +417,8 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
 // Dynamic shared memory of rmsnorm_backward_rows_kernel: two stages of the block's rows of x and dy,
 // and the slots' dw rows when there are several.
 template <typename T>
-size_t rows_backward_smem(dim3 block, int rows_per_slot, int C, bool dw) {
-  return size_t(2) * block.y * rows_per_slot * 2 * C * sizeof(T) + (dw && block.y > 1 ? size_t(block.y) * C * 4 : 0);
+size_t rows_backward_smem(dim3 block, int rows_per_slot, int stages, int C, bool dw) {
+  return size_t(stages) * block.y * rows_per_slot * 2 * C * sizeof(T) + (dw && block.y > 1 ? size_t(block.y) * C * 4 : 0);
 }
 
 }  // namespace
@@ -504,10 +516,19 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
     } else if (packed && C <= kMaxRowThreads * P) {
       const dim3 block = row_group_block(C, P, kRowGroupThreads);
-      auto kernel = rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot>;
-      const size_t smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, C, needed[1]);
-      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      launch(kernel, block, int(block.y) * kBwdRowsPerSlot, smem);
+      auto go = [&](auto kernel, int rows_per_slot, int stages) {
+        const size_t smem = rows_backward_smem<T>(block, rows_per_slot, stages, C, needed[1]);
+        HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch(kernel, block, int(block.y) * rows_per_slot, smem);
+      };
+      static const int variant = [] {
+        const char* e = std::getenv("HYBRID_RMSNORM_BWD_VARIANT");
+        return e ? std::atoi(e) : 0;
+      }();
+      if (variant == 1) go(rmsnorm_backward_rows_kernel<T, P, 2, 3>, 2, 3);
+      else if (variant == 2) go(rmsnorm_backward_rows_kernel<T, P, 4, 2>, 4, 2);
+      else if (variant == 3) go(rmsnorm_backward_rows_kernel<T, P, 1, 4>, 1, 4);
+      else go(rmsnorm_backward_rows_kernel<T, P, 2, 2>, 2, 2);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
