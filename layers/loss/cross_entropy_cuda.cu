@@ -1,9 +1,9 @@
 // CUDA cross-entropy over the vocabulary (cross_entropy_op.h has the math). One block per row; the
 // forward makes one pass with an online max/sum (fp32) and the argmax, and tallies the counted and
 // the out-of-range targets on the device (integer atomics: exact in any order) instead of waiting
-// for the device to check them; the backward recomputes the
-// softmax from the saved lse and writes dlogits IN PLACE over the saved logits: the logits are not
-// needed after this node and a second (N, V) buffer would be the largest tensor of the step.
+// for the device to check them; the backward recomputes the softmax from the saved lse and writes
+// dlogits IN PLACE over the saved logits: the logits are not needed after this node and a second
+// (N, V) buffer would be the largest tensor of the step.
 // Both read the row in 16-byte packs where the padded row width and the pointer allow (the columns
 // from the last whole pack below `vocab` up to `vocab` are then read one by one). The forward folds a
 // whole pack into a thread's running (max, sum) with one exp per element and one rescale per new max.
