@@ -9,5 +9,8 @@ namespace hyb {
 
 double global_grad_norm(const std::vector<OptimParam>& params);
 double clip_grad_norm(const std::vector<OptimParam>& params, double max_norm);
+// The factor clip_grad_norm scales the gradients by for a global norm: max_norm / (norm + 1e-6)
+// when that is below 1, else 1 (also for max_norm <= 0 or a non-finite norm).
+double clip_factor(double norm, double max_norm);
 
 }  // namespace hyb

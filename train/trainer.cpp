@@ -97,13 +97,7 @@ std::string Trainer::first_nonfinite_gradient() const {
 }
 
 double Trainer::clip_gradients() {
-  if (!zero_) return clip_grad_norm(params_, opt_.grad_clip);
-  const double norm = std::sqrt(opt_.comm->all_reduce_host(zero_->local_grad_sum_squares(), ReduceOp::sum, opt_.device));
-  if (opt_.grad_clip > 0 && std::isfinite(norm)) {
-    const double f = opt_.grad_clip / (norm + 1e-6);
-    if (f < 1) zero_->scale_grads(f);
-  }
-  return norm;
+  return zero_ ? zero_->clip_grad_norm(opt_.grad_clip) : clip_grad_norm(params_, opt_.grad_clip);
 }
 
 void Trainer::randomize_windows(bool draw) {

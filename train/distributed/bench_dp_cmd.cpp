@@ -4,6 +4,11 @@
 // times the data-parallel step (the same with the bucketed reduction overlapping backward) and the
 // reduction alone, and reports the share of the reduction hidden behind backward:
 //   hidden = 1 - (t_dp - t_local) / t_comm.
+// With train.data_parallel.zero1 the data-parallel step is ZeRO-1's (reduce-scatter, AdamW on the
+// rank's slices, all-gather of the weights; "the reduction alone" is then the reduce-scatter). The
+// peak of the caching allocator is reported for the data-parallel and the local steps; NCCL's own
+// buffers are outside it. The data-parallel runs go first, so in ZeRO-1 mode the full AdamW state the
+// local steps need does not exist yet when their peak is taken.
 // The per-rank batch is train.batch_size / ranks sequences (grad_accum is ignored), so weak
 // scaling keeps batch_size / ranks fixed (docs/distributed.md).
 #include <spdlog/spdlog.h>
@@ -20,8 +25,10 @@
 #include "train/config/config_resolve.h"
 #include "train/distributed/dist_env.h"
 #include "train/distributed/grad_sync.h"
+#include "train/distributed/zero_adamw.h"
 #include "train/model_from_config.h"
 #if HYBRID_CUDA
+#include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_stream.h"
 #endif
 #if HYBRID_NCCL
@@ -67,9 +74,12 @@ int cmd_bench_dp(Args& args) {
     params.push_back({p.name, p.var, 0.1});
     n_params += p.var.numel();
   }
-  AdamW adamw(params, tc.optimizer.adam);
   std::unique_ptr<GradSync> sync;
-  if (comm) sync = std::make_unique<GradSync>(params, *comm, tc.bucket_mb, false);
+  std::unique_ptr<ZeroAdamW> zero;
+  std::unique_ptr<AdamW> adamw;  // the local steps' (and the plain data-parallel step's) optimizer
+  if (comm) sync = std::make_unique<GradSync>(params, *comm, tc.bucket_mb, tc.zero1);
+  if (sync && tc.zero1) zero = std::make_unique<ZeroAdamW>(params, *sync, tc.optimizer.adam);
+  else adamw = std::make_unique<AdamW>(params, tc.optimizer.adam);
 
   RngStream rng(tc.seed + uint64_t(env.rank), "bench.dp.tokens");
   std::vector<int32_t> ids(size_t(b * (T + 1)));
@@ -92,8 +102,13 @@ int cmd_bench_dp(Args& args) {
     ev[1].record(compute);
     if (reduce) sync->finish();
     ev[2].record(compute);
-    clip_grad_norm(params, tc.grad_clip);
-    adamw.step(1.0);
+    if (reduce && zero) {
+      zero->clip_grad_norm(tc.grad_clip);
+      zero->step(1.0);
+    } else {
+      clip_grad_norm(params, tc.grad_clip);
+      adamw->step(1.0);
+    }
     for (const OptimParam& p : params) p.var.zero_grad();
     ev[3].record(compute);
     if (timing) {
@@ -134,24 +149,34 @@ int cmd_bench_dp(Args& args) {
   auto section = [&](const char* what) {
     if (env.rank == 0) spdlog::info("bench dp: {}", what);
   };
-  section("local steps");
-  const double local_ms = time_ms([&] { step(false); });
+  auto peak_mib = [&] { return double(cuda_allocator_stats(tc.device.index).peak_allocated_bytes) / (1 << 20); };
   nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"seq_len", T},
-                      {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"local_step_ms", local_ms},
-                      {"local_tokens_per_s_per_gpu", double(b * T) / (local_ms * 1e-3)}};
+                      {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"zero1", bool(zero)}};
+  double dp_ms = 0;
   if (sync) {
     section("data-parallel steps");
-    const double dp_ms = time_ms([&] { step(true); });
+    cuda_reset_peak_stats(tc.device.index);
+    dp_ms = time_ms([&] { step(true); });
+    r["dp_peak_allocated_mib"] = peak_mib();
     section("the reduction alone");
     const double comm_ms = time_ms(comm_only);
     r["dp_step_ms"] = dp_ms;
     r["comm_only_ms"] = comm_ms;
     r["dp_tokens_per_s_per_gpu"] = double(b * T) / (dp_ms * 1e-3);
-    r["efficiency_vs_local"] = local_ms / dp_ms;
-    r["hidden_fraction"] = 1.0 - (dp_ms - local_ms) / comm_ms;
     r["buckets"] = sync->buckets().size();
     section("phases of data-parallel steps");
     r["phases_dp"] = phases(true);
+  }
+  if (!adamw) adamw = std::make_unique<AdamW>(params, tc.optimizer.adam);
+  section("local steps");
+  cuda_reset_peak_stats(tc.device.index);
+  const double local_ms = time_ms([&] { step(false); });
+  r["local_peak_allocated_mib"] = peak_mib();
+  r["local_step_ms"] = local_ms;
+  r["local_tokens_per_s_per_gpu"] = double(b * T) / (local_ms * 1e-3);
+  if (sync) {
+    r["efficiency_vs_local"] = local_ms / dp_ms;
+    r["hidden_fraction"] = 1.0 - (dp_ms - local_ms) / r["comm_only_ms"].get<double>();
   }
   section("phases of local steps");
   r["phases_local"] = phases(false);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/tensor_math.h"
+#include "optim/clip.h"
 
 namespace hyb {
 
@@ -41,6 +42,14 @@ int64_t ZeroAdamW::local_first_nonfinite() const {
 
 void ZeroAdamW::scale_grads(double f) const {
   for (size_t b = 0; b < m_.size(); ++b) scale_(sync_.shard(b), f);
+}
+
+double ZeroAdamW::clip_grad_norm(double max_norm) const {
+  const double norm =
+      std::sqrt(sync_.comm().all_reduce_host(local_grad_sum_squares(), ReduceOp::sum, params_[0].var.device()));
+  const double f = clip_factor(norm, max_norm);
+  if (f < 1) scale_grads(f);
+  return norm;
 }
 
 void ZeroAdamW::step(double factor) {

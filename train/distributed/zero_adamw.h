@@ -24,6 +24,9 @@ class ZeroAdamW {
   // The first parameter (in list order) with a non-finite gradient element in this rank's slices, or -1.
   int64_t local_first_nonfinite() const;
   void scale_grads(double f) const;
+  // Collective: the global gradient norm over every rank's slices, and the slices scaled so that it
+  // is at most max_norm (max_norm <= 0: no scaling), as clip_grad_norm does for whole gradients.
+  double clip_grad_norm(double max_norm) const;
 
   void step(double factor);
   int64_t steps() const { return t_; }

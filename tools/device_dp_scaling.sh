@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run ON THE DEVICE (any kind with several GPUs), carrying build-carry (tools/build_carried.sh): weak
+# scaling of `hybrid bench dp` on the GPT-2-124M shape, 16 x 1024 tokens per GPU, bf16, at 1 GPU and
+# at each count in DP_NPROCS (default: 2 and, where present, 4 and 8 up to the GPUs visible), each
+# with and without ZeRO-1 (train.data_parallel.zero1). Per run: tokens/s per GPU, weak-scaling
+# efficiency against the 1-GPU run of the same call, the share of the reduction hidden behind
+# backward, and the caching allocator's peak per GPU. Results: $OUT/scaling.txt (table) and one
+# JSON per run. NCCL_NVLS_ENABLE=0 for every rank (device_env.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-$(pwd)/device-out}
+mkdir -p "$OUT" /tmp/hybrid-carried
+source tools/device_env.sh
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' build-carry/bins.tar.xz /tmp/hybrid-carried
+wheel_libs=$(python3 -c 'import glob, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib")))' 2>/dev/null)
+export LD_LIBRARY_PATH="$(pwd)/build-carry/lib:$LD_LIBRARY_PATH:/usr/local/cuda/lib64${wheel_libs:+:$wheel_libs}"
+h=/tmp/hybrid-carried/bin/hybrid
+gpus=$(nvidia-smi -L | wc -l)
+procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}
+steps=${DP_STEPS:-20}
+bench=(bench dp --config configs/gpt2_124m.json --steps "$steps")
+echo "built from $(head -1 build-carry/commit); $gpus GPUs; runs: 1 and $procs" | tee "$OUT/scaling.log"
+$h "${bench[@]}" --set train.batch_size=16 --out "$OUT/dp_1.json" >> "$OUT/scaling.log" 2>&1
+echo "1 GPU: rc $?"
+for n in $procs; do
+  for zero in false true; do
+    timeout 180 $h launch --nproc-per-node "$n" -- "${bench[@]}" --set train.batch_size=$((16 * n)) \
+      --set train.data_parallel.zero1=$zero --out "$OUT/dp_${n}_zero1_${zero}.json" >> "$OUT/scaling.log" 2>&1
+    echo "$n GPUs, zero1 $zero: rc $?"
+  done
+done
+python3 - "$OUT" <<'PY' | tee "$OUT/scaling.txt"
+import glob, json, sys
+out = sys.argv[1]
+one = json.load(open(f"{out}/dp_1.json"))
+base = one["local_tokens_per_s_per_gpu"]
+print("| GPUs | ZeRO-1 | step ms | tokens/s per GPU | efficiency | hidden | reduction alone ms | peak MiB (dp / local) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print(f"| 1 | - | {one['local_step_ms']:.2f} | {base:.0f} | 1 | - | - | {one['local_peak_allocated_mib']:.0f} |")
+def key(f):
+    r = json.load(open(f))
+    return (r["ranks"], r["zero1"])
+for f in sorted(glob.glob(f"{out}/dp_*_zero1_*.json"), key=key):
+    r = json.load(open(f))
+    print(f"| {r['ranks']} | {'yes' if r['zero1'] else 'no'} | {r['dp_step_ms']:.2f} | {r['dp_tokens_per_s_per_gpu']:.0f} | "
+          f"{r['dp_tokens_per_s_per_gpu'] / base:.3f} | {r['hidden_fraction']:.2f} | {r['comm_only_ms']:.2f} | "
+          f"{r['dp_peak_allocated_mib']:.0f} / {r['local_peak_allocated_mib']:.0f} |")
+PY
