@@ -15,6 +15,7 @@ python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2
 wheel_libs=$(python3 -c 'import glob, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib")))' 2>/dev/null)
 export LD_LIBRARY_PATH="$(pwd)/build-carry/lib:$LD_LIBRARY_PATH:/usr/local/cuda/lib64${wheel_libs:+:$wheel_libs}"
 h=/tmp/hybrid-carried/bin/hybrid
+[ -f data/ts/ts.train.bin ] || $h tokenize --preset tinyshakespeare --tokenizer gpt2 --out data/ts > /dev/null
 gpus=$(nvidia-smi -L | wc -l)
 procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}
 steps=${DP_STEPS:-20}
