@@ -81,9 +81,9 @@ void GradSync::finish() {
   armed_ = false;
   for (; next_launch_ < buckets_.size(); ++next_launch_) launch(next_launch_);
   comm_.before_compute();
-  if (shard_) return;
-  // The averaged gradients stay in the buckets: each parameter's gradient becomes its view there (a
-  // copy back would sit between backward and the optimizer). zero_grad() clears it in place, so the
+  // The gradients stay in the buckets: each parameter's gradient becomes its view there (a copy back
+  // would sit between backward and the optimizer; with ZeRO-1 a second full-size copy of the
+  // gradients would cancel the optimizer state it saves). zero_grad() clears it in place, so the
   // next backward adds into the bucket and nothing is copied in either.
   for (const GradBucket& b : buckets_)
     for (const BucketSlot& s : b.slots) {

@@ -8,7 +8,9 @@
 //   Plain:  all-reduce (mean); finish() makes each parameter's gradient its view in the bucket, which
 //   holds the average (and, zeroed in place by zero_grad(), receives the next backward's sums).
 //   Shard (ZeRO-1): reduce-scatter (mean); rank r keeps slice r of every bucket (shard(b)), which
-//   train/distributed/zero_adamw.h updates.
+//   train/distributed/zero_adamw.h updates. The parameters' gradients are views into the buckets as
+//   well, so outside slice r they hold this rank's own sums, and after ZeroAdamW::step the gathered
+//   weights: only the shards are the averaged gradient.
 //   GradSync sync(params, comm, 25.0, false);
 //   sync.arm(); backward(loss); sync.finish();
 #pragma once
