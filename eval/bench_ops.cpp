@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <thread>
@@ -186,11 +187,17 @@ bool matches_filter(const std::string& name, const std::string& filter) {
   return false;
 }
 
-std::vector<BenchCase> make_cases() {
+// The cases whose name passes `filter`. A family's inputs (all of them together are ~15 GB, and
+// making them took most of a filtered run's time) are made only when one of its cases is wanted.
+std::vector<BenchCase> make_cases(const std::string& filter) {
   std::vector<BenchCase> cases;
   const DType bf = DType::bf16;
-  {  // RMSNorm over d_model 1024, B*T = 32768 rows: forward reads x, w; writes y and rstd. Backward
-     // reads x, dy, w, rstd; writes dx and dw (through the per-block partials, ~1 MB, not counted).
+  auto want = [&](std::initializer_list<const char*> names) {
+    return std::any_of(names.begin(), names.end(), [&](const char* n) { return matches_filter(n, filter); });
+  };
+  // RMSNorm over d_model 1024, B*T = 32768 rows: forward reads x, w; writes y and rstd. Backward
+  // reads x, dy, w, rstd; writes dx and dw (through the per-block partials, ~1 MB, not counted).
+  if (want({"rmsnorm_backward", "rmsnorm_forward"})) {
     const int64_t N = 32768, C = 1024;
     Tensor x = random_cuda({N, C}, bf, 1), w = random_cuda({C}, bf, 2);
     RmsNormSaved s;
@@ -201,8 +208,9 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"rmsnorm_backward", "32768x1024 bf16", double(N * C * 2 * 3 + N * 4 + C * 2 * 2),
                      double(N * C * 8), [=] { rmsnorm_backward(s, dy, GradMask{3}); }});
   }
-  {  // RoPE on q (B = 1, T = 32768, 16 heads, D 64): read and write each element once, and read the
-     // cos/sin rows of 32768 distinct positions (32 f32 each) once. The backward (rotation by -a) the same.
+  // RoPE on q (B = 1, T = 32768, 16 heads, D 64): read and write each element once, and read the
+  // cos/sin rows of 32768 distinct positions (32 f32 each) once. The backward (rotation by -a) the same.
+  if (want({"rope_backward", "rope_forward"})) {
     const int64_t N = 32768, H = 16, D = 64;
     Tensor q = random_cuda({1, N, H, D}, bf, 4), dq = random_cuda({1, N, H, D}, bf, 5);
     RopeTable tab = rope_table(10000.0, D, N, std::nullopt, Device::cuda(0));
@@ -211,7 +219,8 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"rope_backward", "32768x16x64 bf16", bytes, double(N * H * D * 3),
                      [=] { rope_backward(dq, tab, 0); }});
   }
-  {  // SwiGLU gate at d_ffn 2816, 32768 rows: read a, b; write z. Backward reads a, b, dz; writes da, db.
+  // SwiGLU gate at d_ffn 2816, 32768 rows: read a, b; write z. Backward reads a, b, dz; writes da, db.
+  if (want({"swiglu_backward", "swiglu_forward"})) {
     const int64_t n = int64_t(32768) * 2816;
     Tensor a = random_cuda({n}, bf, 5), b = random_cuda({n}, bf, 6), dz = random_cuda({n}, bf, 7);
     cases.push_back({"swiglu_forward", "32768x2816 bf16", double(n * 2 * 3), double(n * 6),
@@ -219,8 +228,9 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"swiglu_backward", "32768x2816 bf16", double(n * 2 * 5), double(n * 12),
                      [=] { swiglu_backward({a, b}, dz, GradMask{3}); }});
   }
-  {  // Cross-entropy over the GPT-2 vocabulary: forward reads the logits once; backward reads and
-     // writes them once (in place).
+  // Cross-entropy over the GPT-2 vocabulary: forward reads the logits once; backward reads and
+  // writes them once (in place).
+  if (want({"cross_entropy_backward", "cross_entropy_forward"})) {
     const int64_t N = 8192, V = 50304;
     Tensor z = random_cuda({N, V}, bf, 8, 2.0);
     std::vector<int32_t> t(static_cast<size_t>(N));
@@ -234,25 +244,29 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"cross_entropy_backward", "8192x50304 bf16 in place", double(N * V * 2 * 2), double(N * V * 4),
                      [=] { cross_entropy_backward(s, 1.0); }});
   }
-  {  // Bias add, (32768, 1024) + (1024,) broadcast: read x (b stays in cache), write y.
+  // Bias add, (32768, 1024) + (1024,) broadcast: read x (b stays in cache), write y.
+  if (want({"add_broadcast_forward"})) {
     const int64_t N = 32768, C = 1024;
     Tensor x = random_cuda({N, C}, bf, 20), b = random_cuda({C}, bf, 21);
     cases.push_back({"add_broadcast_forward", "32768x1024 + 1024 bf16", double(N * C * 2 * 2 + C * 2), double(N * C),
                      [=] { binary_forward(BinaryOp::add, x, b); }});
   }
-  {  // silu at the SwiGLU width: read and write each element once.
+  // silu at the SwiGLU width: read and write each element once.
+  if (want({"silu_forward"})) {
     const int64_t n = int64_t(32768) * 2816;
     Tensor x = random_cuda({n}, bf, 22);
     cases.push_back({"silu_forward", "32768x2816 bf16", double(n * 2 * 2), double(n * 4),
                      [=] { unary_forward(UnaryOp::silu, x); }});
   }
-  {  // softmax over the padded GPT-2 vocabulary: read the logits once, write the probabilities once.
+  // softmax over the padded GPT-2 vocabulary: read the logits once, write the probabilities once.
+  if (want({"softmax_forward"})) {
     const int64_t N = 8192, V = 50304;
     Tensor z = random_cuda({N, V}, bf, 23, 2.0);
     cases.push_back({"softmax_forward", "8192x50304 bf16", double(N * V * 2 * 2), double(N * V * 5),
                      [=] { softmax_forward(z); }});
   }
-  {  // Sums over the last dim (rows) and over the first (columns, a bias gradient): read x once.
+  // Sums over the last dim (rows) and over the first (columns, a bias gradient): read x once.
+  if (want({"sum_first_dim", "sum_last_dim"})) {
     const int64_t N = 32768, C = 4096;
     Tensor x = random_cuda({N, C}, bf, 24);
     cases.push_back({"sum_last_dim", "32768x4096 bf16 -> 32768", double(N * C * 2 + N * 2), double(N * C),
@@ -260,7 +274,8 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"sum_first_dim", "32768x4096 bf16 -> 4096", double(N * C * 2 + C * 2), double(N * C),
                      [=] { sum_forward(x, {0}, false); }});
   }
-  {  // AdamW over 124M parameters in 148 tensors: read p, g, m, v; write p, m, v (f32).
+  // AdamW over 124M parameters in 148 tensors: read p, g, m, v; write p, m, v (f32).
+  if (want({"adamw_step"})) {
     std::vector<OptimParam> ps;
     int64_t total = 0;
     for (int i = 0; i < 148; ++i) {
@@ -274,7 +289,8 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"adamw_step", str_cat(total / 1000000, "M f32 params, 148 tensors"), double(total * 4 * 7),
                      double(total * 12), [=] { opt->step(1.0); }});
   }
-  {  // Causal attention fwd+bwd, B*T = 32768, 16 heads, D 64 (attention.md 4.5: fwd+bwd = 3.5 x fwd FLOPs).
+  // Causal attention fwd+bwd, B*T = 32768, 16 heads, D 64 (attention.md 4.5: fwd+bwd = 3.5 x fwd FLOPs).
+  if (want({"attention_causal_fwd_bwd", "attention_window512_fwd_bwd"})) {
     for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
       const int64_t B = 32768 / T, H = 16, D = 64;
       Tensor q = random_cuda({B, T, H, D}, bf, 10), k = random_cuda({B, T, H, D}, bf, 11);
@@ -294,7 +310,8 @@ std::vector<BenchCase> make_cases() {
       }
     }
   }
-  {  // Mamba2 short conv at d_model 1024 (d_ssm 2048, N 128, G 1: 2304 channels), W 4, B*T = 32768.
+  // Mamba2 short conv at d_model 1024 (d_ssm 2048, N 128, G 1: 2304 channels), W 4, B*T = 32768.
+  if (want({"conv1d_silu_backward", "conv1d_silu_forward"})) {
     // Forward reads x and writes y; backward reads x and dy, writes dx (the dw partials are 64 rows).
     const int64_t B = 8, T = 4096, C = 2304, W = 4;
     Tensor x = random_cuda({B, T, C}, bf, 20), w = random_cuda({C, W}, bf, 21, 0.5), b = random_cuda({C}, bf, 22);
@@ -306,7 +323,8 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"conv1d_silu_backward", "32768x2304 W4 bf16", n * 2 * 3, n * (4 * W + 10),
                      [=] { causal_conv1d_silu_backward(s, dy, GradMask{7}); }});
   }
-  {  // Mamba2 gated RMSNorm (gate, then norm over d_ssm 2048, G 1), B*T = 32768 rows.
+  // Mamba2 gated RMSNorm (gate, then norm over d_ssm 2048, G 1), B*T = 32768 rows.
+  if (want({"gated_rmsnorm_backward", "gated_rmsnorm_forward"})) {
     const int64_t N = 32768, C = 2048;
     Tensor x = random_cuda({N, 1, C}, bf, 24), z = random_cuda({N, 1, C}, bf, 25), w = random_cuda({1, C}, bf, 26);
     Tensor dy = random_cuda({N, 1, C}, bf, 27);
@@ -319,7 +337,8 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"gated_rmsnorm_backward", "32768x2048 bf16", n * 2 * 5 + N * 4, n * 20,
                      [=] { gated_rmsnorm_backward(s, dy, GradMask{7}); }});
   }
-  {  // The per-head decay, 32768 tokens x 16 heads, f32 (the decay path stays f32).
+  // The per-head decay, 32768 tokens x 16 heads, f32 (the decay path stays f32).
+  if (want({"ssm_decay_backward", "ssm_decay_forward"})) {
     const int64_t N = 32768, H = 16;
     Tensor x = random_cuda({N, H}, DType::f32, 28), bias = random_cuda({H}, DType::f32, 29);
     Tensor A_log = random_cuda({H}, DType::f32, 30, 0.5), ddt = random_cuda({N, H}, DType::f32, 31);
@@ -332,8 +351,9 @@ std::vector<BenchCase> make_cases() {
     cases.push_back({"ssm_decay_backward", "32768x16 f32", n * 4 * 5, n * 12,
                      [=] { ssm_decay_backward(s, ddt, dg, GradMask{7}); }});
   }
-  {  // simple_gla fwd+bwd, B*T = 32768, chunk 64 (mamba2.md 4.6): the bare core at H 16, K = V = 64 per
-     // head, and the Mamba2 SSD core at H 16, P 64, N 64 / 128 with shared B and C (G 1).
+  // simple_gla fwd+bwd, B*T = 32768, chunk 64 (mamba2.md 4.6): the bare core at H 16, K = V = 64 per
+  // head, and the Mamba2 SSD core at H 16, P 64, N 64 / 128 with shared B and C (G 1).
+  if (want({"simple_gla_fwd_bwd"})) {
     struct Shape4 {
       const char* what;
       int64_t Gq, H, K, V;
@@ -361,11 +381,12 @@ std::vector<BenchCase> make_cases() {
                          }});
       }
   }
-  {  // The Mamba2 mixer at the spec's defaults for d_model 1024 (mamba2.md 2: d_ssm 2048, 32 heads of 64,
-     // d_state 128, one group, conv 4) fwd+bwd through the tape as training runs it: f32 master
-     // parameters cast to bf16 in the layer, bf16 activations. FLOPs:
-     // the two projections (x3 for the backward) plus the SSD core's count; the bytes of a composite
-     // are not a floor, so the case reports time and TFLOP/s only.
+  // The Mamba2 mixer at the spec's defaults for d_model 1024 (mamba2.md 2: d_ssm 2048, 32 heads of 64,
+  // d_state 128, one group, conv 4) fwd+bwd through the tape as training runs it: f32 master
+  // parameters cast to bf16 in the layer, bf16 activations. FLOPs:
+  // the two projections (x3 for the backward) plus the SSD core's count; the bytes of a composite
+  // are not a floor, so the case reports time and TFLOP/s only.
+  if (want({"mamba2_block_fwd_bwd"})) {
     const int64_t N = 32768, d_model = 1024;
     for (int64_t T : {1024, 2048, 4096, 8192, 16384}) {
       Json written = Json::parse(R"({"type": "mamba2"})");
@@ -396,8 +417,9 @@ std::vector<BenchCase> make_cases() {
                        3 * proj + ssd, [=] { backward(layer->forward(x), dy); }});
     }
   }
-  {  // gated_delta_rule fwd+bwd, B*T = 32768, chunk 64 (gated_deltanet.md 4.7): H = HV = 16, K = V = 64,
-     // and the NAtS-L shape at d 1024: H 6, K 128, V 256.
+  // gated_delta_rule fwd+bwd, B*T = 32768, chunk 64 (gated_deltanet.md 4.7): H = HV = 16, K = V = 64,
+  // and the NAtS-L shape at d 1024: H 6, K 128, V 256.
+  if (want({"gated_delta_rule_fwd_bwd"})) {
     struct Shape4 {
       int64_t H, K, V;
     };
@@ -422,8 +444,9 @@ std::vector<BenchCase> make_cases() {
                          }});
       }
   }
-  {  // gsa m = 64 and nha m = 32, w = 32 (token shift 32, RoPE on the window) fwd+bwd, B*T = 32768,
-     // Hq = Hkv = 16, head dims 64, bf16 with s and g in f32 (gsa.md 4.6 and 4.8, nha.md 6).
+  // gsa m = 64 and nha m = 32, w = 32 (token shift 32, RoPE on the window) fwd+bwd, B*T = 32768,
+  // Hq = Hkv = 16, head dims 64, bf16 with s and g in f32 (gsa.md 4.6 and 4.8, nha.md 6).
+  if (want({"gsa_fwd_bwd", "nha_fwd_bwd"})) {
     // FLOPs: gsa.md 4.6's tile units (fwd 8, bwd 22 units of 8192 per token-head); nha.md 6's dense
     // tiles (fwd 65.5 kFLOP per token-head, bwd 2x fwd + one state recompute). Bytes: the minimal
     // fused traffic: fwd reads q, k, v, s, g and writes o, lse; bwd reads those, dO and lse and writes
@@ -518,7 +541,7 @@ int cmd_bench(Args& args) {
   std::printf("device: %s, %d SMs\nceilings: copy %.0f GB/s (%.3f ms for 2 x 2 GiB), bf16 GEMM %.0f TFLOP/s (%.3f ms at 8192^3)\n\n",
               props.name.c_str(), props.sm_count, copy_gbs, copy_ms, gemm_tflops, gemm_ms);
   std::printf("%-30s %-32s %10s %10s %8s %10s %8s\n", "kernel", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%gemm");
-  for (const BenchCase& bc : make_cases()) {
+  for (const BenchCase& bc : make_cases(filter)) {
     if (!matches_filter(bc.name, filter) || (" " + bc.shape + " ").find(shape) == std::string::npos) continue;
     double ms = 0;
     try {
