@@ -238,6 +238,7 @@ struct IntraChunkArgs {
   const bf16x *v, *dout;       // (B, T, HV, V)
   const bf16x *U, *dU;         // (B, HV, NC, 64, V)
   const bf16x *S, *D;          // (B, HV, NC, K, V): S_c, D_c
+  const bf16x* Ainv;           // (B, HV, NC, 2, 64, 64) high and low parts from the forward, or null (solved here)
   const float *g, *beta;       // (B, T, HV)
   bf16x *dq, *dk;              // (B, T, H, K) when HV == H (else null)
   float *dq_heads, *dk_heads;  // (B, HV, NC, 64, K) per value head when HV > H (else null)
@@ -278,7 +279,8 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
 //   dG = rowdot(dQ, Q) - rowdot(dK1, K) + beta gam .* rowdot(K, X1) + rowsum(Z) - colsum(Z) with
 //   Z = dM .* M, plus <S_{c+1}, D> on the last row = gam_n <S, D> + sum rowdot(kd .* (U @ D^T), K).
 // Warp w: rows [16 (w % 4), +16); columns [32 (w / 4), +32) of the 64-wide products and [(w / 4) KT / 2,
-// +KT / 2) of the K-wide ones. Ainv is recomputed in fp32 (4.5) and used as bf16 high + low parts.
+// +KT / 2) of the K-wide ones. Ainv comes from the forward (save_chunk_states) or is solved again here in
+// fp32 (4.5), the same bits either way; the products use its bf16 high + low parts.
 template <int KT>
 __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
     backward_intra_chunk_kernel(IntraChunkArgs a, Dims d) {
@@ -315,9 +317,15 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   load_rows<kC, KT, kIntraChunkThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
   load_rows<kC, KT, kIntraChunkThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
   __syncthreads();
-  chunk_inverse<KT, kIntraChunkThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
-  for (int e = tid; e < kC * kC; e += kIntraChunkThreads)
-    split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
+  if (a.Ainv) {  // the forward's parts (the same bits the solve below gives)
+    const bf16x* src = a.Ainv + z * 2 * kC * kC;
+    load_rows<kC, kC, kIntraChunkThreads>(sAhi, src, kC, 0, kC, kC, nullptr);
+    load_rows<kC, kC, kIntraChunkThreads>(sAlo, src + kC * kC, kC, 0, kC, kC, nullptr);
+  } else {
+    chunk_inverse<KT, kIntraChunkThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
+    for (int e = tid; e < kC * kC; e += kIntraChunkThreads)
+      split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
+  }
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
 
   const int VN = (d.V + 63) / 64;
@@ -608,7 +616,8 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   if (!stage23 && !out.dS0.defined()) return out;
 
   // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
-  const gdn::WyScratch w = sv.chunks.W.defined() ? sv.chunks : gdn::run_wy(k, v, beta, g, S0, Tensor(), d, stream);
+  const gdn::WyScratch w =
+      sv.chunks.W.defined() ? sv.chunks : gdn::run_wy(k, v, beta, g, S0, Tensor(), d, false, stream);
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
@@ -648,6 +657,7 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
                         gdn::bp(dU),
                         gdn::bp(w.S),
                         gdn::bp(D),
+                        w.Ainv.defined() ? gdn::bp(w.Ainv) : nullptr,
                         g.data<float>(),
                         beta.data<float>(),
                         grouped ? nullptr : gdn::bp_mut(out.dq),

@@ -372,8 +372,9 @@ using WyScratch = GatedDeltaChunkScratch;
 // F2 and F3 (gated_deltanet.md 4.3: wy_prepare_kernel, forward_scan_kernel) on bf16 q, k, v (16-byte aligned rows) and
 // f32 g, beta, S0: W, U and the chunk-start states, the final state into final_state when it is defined (f32 (B, HV, K,
 // V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
+// keep_ainv: also Ainv's high and low parts (WyScratch::Ainv), for a backward that will not solve again.
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
-                 const Tensor& final_state, const Dims& d, cudaStream_t stream);
+                 const Tensor& final_state, const Dims& d, bool keep_ainv, cudaStream_t stream);
 
 // The largest shared memory of the forward's and of the backward's kernels at this K, over every
 // column tile of the scans, for gated_delta_rule_fused_supported.

@@ -63,6 +63,7 @@ struct WyPrepareArgs {
   const bf16x *k, *v;     // (B, T, H, K), (B, T, HV, V)
   const float *g, *beta;  // (B, T, HV)
   bf16x *W, *U;           // (B, HV, NC, 64, K), (B, HV, NC, 64, V)
+  bf16x* Ainv;            // (B, HV, NC, 2, 64, 64) high and low parts, or null
 };
 
 // Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
@@ -91,6 +92,12 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K, nullptr);
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
+  const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
+  if (a.Ainv) {  // the backward's form of Ainv: unscaled, high and low parts
+    bf16x* out = a.Ainv + z * 2 * kC * kC;
+    for (int e = threadIdx.x; e < kC * kC; e += kThreads)
+      split_bf16(sX[(e / kC) * kLdF + e % kC], out[e], out[kC * kC + e]);
+  }
   auto split_scaled = [&](const float* colscale) {  // Ainv diag(colscale) into sAhi + sAlo
     for (int e = threadIdx.x; e < kC * kC; e += kThreads) {
       const int r = e / kC, i = e % kC;
@@ -99,7 +106,6 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   };
   split_scaled(sBg);
   __syncthreads();
-  const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
   {                                          // W = (Ainv diag(beta gam)) @ K
     float w[1][KT / 8][4];
     zero(w);
@@ -433,11 +439,12 @@ size_t forward_smem_max(int K) {
 }
 
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
-                 const Tensor& final_state, const Dims& d, cudaStream_t stream) {
+                 const Tensor& final_state, const Dims& d, bool keep_ainv, cudaStream_t stream) {
   const Device dev = k.device();
   WyScratch w{Tensor::empty({d.B, d.HV, d.NC, kC, d.K}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
-              Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev)};
+              Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev),
+              keep_ainv ? Tensor::empty({d.B, d.HV, d.NC, 2, kC, kC}, DType::bf16, dev) : Tensor()};
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     const ScanPlan plan = scan_plan(d, dev.index, [](int vs) {
@@ -449,7 +456,9 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
       const size_t smem = WyPrepareSmem<KT>::kBytes;
       set_smem(wy_prepare_kernel<KT>, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-      const WyPrepareArgs a{bp(k), bp(v), g.data<float>(), beta.data<float>(), bp_mut(w.W), bp_mut(w.U)};
+      const WyPrepareArgs a{bp(k),        bp(v),        g.data<float>(),
+                            beta.data<float>(), bp_mut(w.W), bp_mut(w.U),
+                            keep_ainv ? bp_mut(w.Ainv) : nullptr};
       wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule wy_prepare_kernel", grid, kThreads, smem);
     }
@@ -508,7 +517,7 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
   cudaStream_t stream = current_stream(dev.index);
   GatedDeltaOutputs r{Tensor::empty({gd.B, gd.T, gd.HV, gd.V}, DType::bf16, dev),
                       Tensor::empty({gd.B, gd.HV, gd.K, gd.V}, DType::f32, dev)};
-  const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, r.final_state, d, stream);
+  const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, r.final_state, d, keep != nullptr, stream);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     const size_t smem = gdn::ForwardOutputSmem<KT>::kBytes;

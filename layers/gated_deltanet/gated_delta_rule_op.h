@@ -19,16 +19,21 @@ struct GatedDeltaParams {
   int64_t chunk_size = 0;       // 0: the recurrent form; C > 0: the chunked form with chunks of C tokens
   // The fused bf16 CUDA path keeps its forward's per-chunk W, U and chunk-start states for the
   // backward (GatedDeltaChunkScratch) instead of rebuilding them there; false trades that memory for
-  // the rebuild (one W/U prepare and one forward scan, about a third of the fwd+bwd time measured).
+  // the rebuild (one W/U prepare and one forward scan, about a third of the fwd+bwd time measured,
+  // and the triangular solve again in the backward, another ~10%).
   bool save_chunk_states = true;
 };
 
 // What the fused bf16 forward computes per chunk of 64 tokens and its backward reads again
-// (gated_deltanet.md 4.3-4.5): 3 x 67 MB per layer at B T = 32768, HV 16, K = V = 64.
+// (gated_deltanet.md 4.3-4.5): 3 x 67 MB + 134 MB per layer at B T = 32768, HV 16, K = V = 64.
 struct GatedDeltaChunkScratch {
   Tensor W;  // (B, HV, NC, 64, K) bf16: Ainv @ (beta gam .* K)
   Tensor U;  // (B, HV, NC, 64, V) bf16: U = Ainv @ (beta .* V) - W @ S_c
   Tensor S;  // (B, HV, NC, K, V) bf16: the chunk-start states S_c
+  // (B, HV, NC, 2, 64, 64) bf16: the fp32 Ainv of the chunk as high and low bf16 parts, the form the
+  // backward's products take; only the forward's keep fills it (the backward's own rebuild, without
+  // save_chunk_states, solves again inside its stage 2-3 kernel).
+  Tensor Ainv;
 };
 
 struct GatedDeltaDims {
