@@ -11,6 +11,7 @@
 // slots each keep one gain row and write their own partial row. No float atomics: for a given shape
 // and device the results are the same bits on every run.
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/cuda/cuda_check.h"
@@ -18,6 +19,7 @@
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
 #include "kernels/vector_io.cuh"
+#include "layers/softmax_attention/flash_attention_device.cuh"  // cp.async
 #include "layers/norm/gated_rmsnorm_op.h"
 
 namespace hyb {
@@ -26,22 +28,27 @@ namespace {
 constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
 // Row-group kernels: rows of up to kMaxRowThreads packs, blocks of about kRowGroupThreads threads
 // (several slots when a row is narrower), at most kRowGroupRegisters registers a thread: three
-// 256-thread blocks an SM. Rows a slot keeps in flight: forward (x, z) and backward (x, z, dy), at
-// three blocks an SM 48 and 36 KiB of loads in flight an SM. More rows, or 64 registers for a fourth
-// block, make ptxas spill (the gate's sigmoids are live across the row statistics).
+// 256-thread blocks an SM. Rows a slot keeps in flight: forward (x, z) in registers, at three blocks an
+// SM 48 KiB of loads in flight; more rows, or 64 registers for a fourth block, make ptxas spill (the
+// gate's sigmoids are live across the row statistics). Backward (x, z, dy): two steps ahead in shared
+// memory (gated_rmsnorm_backward_rows_kernel).
 constexpr int kMaxRowThreads = 512;
 constexpr int kRowGroupThreads = 256;
 constexpr int kRowGroupRegisters = 80;
 constexpr int kFwdRowsPerSlot = 2;
 constexpr int kBwdRowsPerSlot = 1;
+constexpr int kBwdStages = 3;  // backward: the step computed and two in shared memory in flight
+// The backward holds no rows in registers across the statistics (they wait in shared memory): 64
+// registers without a spill, four blocks an SM.
+constexpr int kBwdRowGroupRegisters = 64;
 
 // Row-group blocks to fill the device once at `kernel`'s occupancy (fewer for few rows), rounded up so
 // the slots Q = grid * block.y are a multiple of wrows: each slot then keeps one gain row.
 template <typename Kernel>
-int row_group_grid(Kernel kernel, dim3 block, int rows_per_slot, int64_t rows, int64_t wrows, int dev) {
+int row_group_grid(Kernel kernel, dim3 block, int rows_per_slot, int64_t rows, int64_t wrows, size_t smem, int dev) {
   const int threads = int(block.x * block.y);
   const int64_t groups = (rows + int64_t(block.y) * rows_per_slot - 1) / (int64_t(block.y) * rows_per_slot);
-  const int64_t fill = grid_blocks_for(kernel, groups * threads, threads, 0, dev);
+  const int64_t fill = grid_blocks_for(kernel, groups * threads, threads, smem, dev);
   const int64_t unit = wrows / std::gcd(wrows, int64_t(block.y));
   return int((fill + unit - 1) / unit * unit);
 }
@@ -260,68 +267,97 @@ __global__ void gated_rmsnorm_backward_kernel(const T* __restrict__ x, const T* 
 }
 
 // The backward in the forward's row-group layout (slot q takes rows q, q + Q, ..., kRows a step, with
-// its gain row q % wrows in registers): kRows packs of x, z and dy in flight per thread, the rows' m by
-// one block_row_sum, and the thread's columns' dw in registers over all its slot's rows. Slot q's dw
-// goes to row q / wrows, columns (q % wrows) * Gs.. of dw_partial, a (Q / wrows, wrows * Gs) matrix.
-template <typename T, int V, int kRows, bool gate_first>
-__global__ void __maxnreg__(kRowGroupRegisters)
+// its gain row q % wrows in registers), its loads kStages - 1 steps ahead: each thread copies its
+// packs of x, z and dy of the steps ahead into shared memory (cp.async) and reads back only what it
+// copied, so the copies' own completion orders them and no barrier is needed (as the rmsnorm
+// backward). The rows' m by one block_row_sum, and the thread's columns' dw in registers over all its
+// slot's rows. Slot q's dw goes to row q / wrows, columns (q % wrows) * Gs.. of dw_partial, a
+// (Q / wrows, wrows * Gs) matrix. Shared memory: rows_backward_smem.
+template <typename T, int V, int kRows, int kStages, bool gate_first, int kRegs = kBwdRowGroupRegisters>
+__global__ void __maxnreg__(kRegs)
     gated_rmsnorm_backward_rows_kernel(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ w,
                                        const T* __restrict__ dy, const float* __restrict__ rstd, T* __restrict__ dx,
                                        T* __restrict__ dz, float* __restrict__ dw_partial, int64_t rows, int Gs,
                                        int64_t wrows) {
   using P = Pack<T, V>;
+  static_assert(sizeof(P) == 16, "the copies are 16-byte cp.async");
+  extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float s_sum[2][kMaxBlockWarps * kRows];
+  T* s_rows = reinterpret_cast<T*>(smem);  // [stage][slot][row][x, z, dy][Gs]
+  const int slots = int(blockDim.y);
   const int c = threadIdx.x * V;
   const bool active = c < Gs;
   const int64_t Q = int64_t(gridDim.x) * blockDim.y, q = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t q0 = int64_t(blockIdx.x) * blockDim.y;
   const int64_t wrow = q % wrows;
+  auto staged = [&](int stage, int r, int which) {
+    return s_rows + ((int64_t(stage * slots + int(threadIdx.y)) * kRows + r) * 3 + which) * Gs + c;
+  };
+  float rs_ahead[kStages - 1][kRows];  // rstd of the steps in flight, oldest first
+  // Rows past the end are zero-filled (and their rstd 0): they add nothing to dw.
+  auto issue = [&](int64_t k, int stage) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = q + (k + r) * Q;
+      const bool ok = row < rows;
+      rs_ahead[kStages - 2][r] = ok ? rstd[row] : 0.f;
+      if (active) {
+        flash::cp_async16(flash::smem_u32(staged(stage, r, 0)), ok ? x + row * Gs + c : x, ok);
+        flash::cp_async16(flash::smem_u32(staged(stage, r, 1)), ok ? z + row * Gs + c : z, ok);
+        flash::cp_async16(flash::smem_u32(staged(stage, r, 2)), ok ? dy + row * Gs + c : dy, ok);
+      }
+    }
+    flash::cp_async_commit();
+  };
+  auto shift = [&] {
+#pragma unroll
+    for (int a = 0; a + 1 < kStages - 1; ++a)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
+  };
   P wp{};
   if (active) wp = load_pack<P>(w + wrow * Gs + c);
   float dw[V];
 #pragma unroll
   for (int e = 0; e < V; ++e) dw[e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    shift();
+    issue(int64_t(s) * kRows, s);
+  }
+  // Row r's x, z, dy (from shared memory) and gain packs in fp32.
+  auto unpack_row = [&](int stage, int r, float(&xv)[V], float(&zv)[V], float(&go)[V], float(&wv)[V]) {
+    unpack_f32(load_pack<P>(staged(stage, r, 0)), xv);
+    unpack_f32(load_pack<P>(staged(stage, r, 1)), zv);
+    unpack_f32(load_pack<P>(staged(stage, r, 2)), go);
+    unpack_f32(wp, wv);
+  };
   int step = 0;
 #pragma unroll 1
   for (int64_t k = 0; q0 + k * Q < rows; k += kRows, ++step) {
-    P xp[kRows], zp[kRows], gp[kRows];
+    const int stage = step % kStages;
     float rs[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = q + (k + r) * Q;
-      xp[r] = zp[r] = gp[r] = P{};
-      rs[r] = 0.f;
-      if (row < rows) {
-        rs[r] = rstd[row];
-        if (active) {
-          xp[r] = load_pack<P>(x + row * Gs + c);
-          zp[r] = load_pack<P>(z + row * Gs + c);
-          gp[r] = load_pack<P>(dy + row * Gs + c);
-        }
-      }
-    }
-    // Row r's x, z, dy and gain packs in fp32.
-    auto unpack_row = [&](int r, float(&xv)[V], float(&zv)[V], float(&go)[V], float(&wv)[V]) {
-      unpack_f32(xp[r], xv);
-      unpack_f32(zp[r], zv);
-      unpack_f32(gp[r], go);
-      unpack_f32(wp, wv);
-    };
+    for (int r = 0; r < kRows; ++r) rs[r] = rs_ahead[0][r];
+    shift();
+    issue(k + int64_t(kStages - 1) * kRows, (step + kStages - 1) % kStages);
+    flash::cp_async_wait<kStages - 1>();
     // m = mean(dnh * nh) of each row, when dx or dz is wanted (a uniform branch: the barrier is safe).
     float m[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) m[r] = 0.f;
     if (dx || dz) {
+      if (active)
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float xv[V], zv[V], go[V], wv[V];
-        unpack_row(r, xv, zv, go, wv);
+        for (int r = 0; r < kRows; ++r) {
+          float xv[V], zv[V], go[V], wv[V];
+          unpack_row(stage, r, xv, zv, go, wv);
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
-          m[r] += t.dnh * t.nh;
+          for (int e = 0; e < V; ++e) {
+            const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
+            m[r] += t.dnh * t.nh;
+          }
         }
-      }
       block_row_sum(m, s_sum[step % 2]);
     }
     if (!active) continue;
@@ -330,7 +366,7 @@ __global__ void __maxnreg__(kRowGroupRegisters)
       const int64_t row = q + (k + r) * Q;
       const float mr = m[r] / float(Gs);
       float xv[V], zv[V], go[V], wv[V], ox[V], oz[V];
-      unpack_row(r, xv, zv, go, wv);
+      unpack_row(stage, r, xv, zv, go, wv);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const GatedTerms t = gated_terms(gate_first, xv[e], zv[e], go[e], wv[e], rs[r]);
@@ -342,7 +378,15 @@ __global__ void __maxnreg__(kRowGroupRegisters)
       if (dz) store_f32(dz + row * Gs + c, oz);
     }
   }
+  flash::cp_async_wait<0>();  // the last, empty groups
   if (dw_partial && active) store_f32(dw_partial + (q / wrows) * (wrows * Gs) + wrow * Gs + c, dw);
+}
+
+// Dynamic shared memory of gated_rmsnorm_backward_rows_kernel: `stages` steps of the block's rows
+// of x, z and dy.
+template <typename T>
+size_t rows_backward_smem(dim3 block, int rows_per_slot, int stages, int Gs) {
+  return size_t(stages) * block.y * rows_per_slot * 3 * Gs * sizeof(T);
 }
 
 }  // namespace
@@ -372,7 +416,7 @@ Tensor gated_rmsnorm_forward_cuda(const Tensor& x0, const Tensor& z0, const Tens
                           ? gated_rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot, true>
                           : gated_rmsnorm_forward_rows_kernel<T, P, kFwdRowsPerSlot, false>;
         const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
-        const int grid = row_group_grid(kernel, block, kFwdRowsPerSlot, rows, wrows, dev);
+        const int grid = row_group_grid(kernel, block, kFwdRowsPerSlot, rows, wrows, 0, dev);
         kernel<<<grid, block, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), y.data<T>(),
                                                         rstd.data<float>(), rows, Gs, wrows, float(eps));
         HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_forward_rows_kernel", grid, block, 0);
@@ -429,17 +473,22 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
       HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
     };
     if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
-      auto kernel = gate_first ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, true>
-                               : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, false>;
+      static const bool exp80 = std::getenv("HYBRID_GRMS_80") != nullptr;
+      auto kernel = gate_first ? (exp80 ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, true, 80>
+                                        : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, true>)
+                               : (exp80 ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, false, 80>
+                                        : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, false>);
       const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
-      const int blocks = row_group_grid(kernel, block, kBwdRowsPerSlot, rows, wrows, dev);
+      const size_t rows_smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, Gs);
+      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(rows_smem)));
+      const int blocks = row_group_grid(kernel, block, kBwdRowsPerSlot, rows, wrows, rows_smem, dev);
       const int partial_rows = int(int64_t(blocks) * block.y / wrows);
       Tensor partial;
       if (needed[2]) partial = Tensor::empty({partial_rows, wn}, DType::f32, x.device());
-      kernel<<<blocks, block, 0, current_stream(dev)>>>(x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(),
-                                                        rstd.data<float>(), dx, dz,
-                                                        needed[2] ? partial.data<float>() : nullptr, rows, Gs, wrows);
-      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_rows_kernel", blocks, block, 0);
+      kernel<<<blocks, block, rows_smem, current_stream(dev)>>>(
+          x.data<T>(), z.data<T>(), w.data<T>(), dy.data<T>(), rstd.data<float>(), dx, dz,
+          needed[2] ? partial.data<float>() : nullptr, rows, Gs, wrows);
+      HYB_CUDA_LAUNCH_CHECK("gated_rmsnorm_backward_rows_kernel", blocks, block, rows_smem);
       if (needed[2]) reduce_dw(partial, partial_rows);
       return;
     }
