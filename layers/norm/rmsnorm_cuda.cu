@@ -11,6 +11,7 @@
 // (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
 // device the results are the same bits on every run.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
@@ -519,10 +520,20 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
     } else if (packed && C <= kMaxRowThreads * P) {
       const dim3 block = row_group_block(C, P, kRowGroupThreads);
-      auto kernel = rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>;
-      const size_t smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, C, needed[1]);
-      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      launch(kernel, block, int(block.y) * kBwdRowsPerSlot, smem);
+      auto go = [&](auto kernel, int rows_per_slot, int stages) {
+        const size_t smem = rows_backward_smem<T>(block, rows_per_slot, stages, C, needed[1]);
+        HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch(kernel, block, int(block.y) * rows_per_slot, smem);
+      };
+      static const int variant = [] {
+        const char* e = std::getenv("HYBRID_RMSNORM_BWD_VARIANT");
+        return e ? std::atoi(e) : 0;
+      }();
+      if (variant == 1) go(rmsnorm_backward_rows_kernel<T, P, 2, 4>, 2, 4);
+      else if (variant == 2) go(rmsnorm_backward_rows_kernel<T, P, 4, 3>, 4, 3);
+      else if (variant == 3) go(rmsnorm_backward_rows_kernel<T, P, 1, 6>, 1, 6);
+      else if (variant == 4) go(rmsnorm_backward_rows_kernel<T, P, 3, 3>, 3, 3);
+      else go(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>, kBwdRowsPerSlot, kBwdStages);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
