@@ -533,6 +533,8 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       else if (variant == 2) go(rmsnorm_backward_rows_kernel<T, P, 4, 3>, 4, 3);
       else if (variant == 3) go(rmsnorm_backward_rows_kernel<T, P, 1, 6>, 1, 6);
       else if (variant == 4) go(rmsnorm_backward_rows_kernel<T, P, 3, 3>, 3, 3);
+      else if (variant == 5) go(rmsnorm_backward_rows_kernel<T, P, 3, 2>, 3, 2);
+      else if (variant == 6) go(rmsnorm_backward_rows_kernel<T, P, 3, 4>, 3, 4);
       else go(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>, kBwdRowsPerSlot, kBwdStages);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
