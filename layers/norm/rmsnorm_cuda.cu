@@ -11,7 +11,6 @@
 // (kernels/reduce.cuh) adds the partials in a fixed order. No float atomics: for a given shape and
 // device the results are the same bits on every run.
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
@@ -29,14 +28,15 @@ constexpr int kRowsPerBlock = 8;     // forward: warps per block, one row each
 // about kRowGroupThreads threads (several slots when a row is narrower): four blocks an SM at
 // d_model 1024, whose barriers fall at different times, so one block's loads are in flight while
 // another reduces. Rows a slot keeps in flight: forward (x only) in registers; backward (x and dy)
-// in shared memory, one group ahead (rmsnorm_backward_rows_kernel).
+// in shared memory, two groups ahead (rmsnorm_backward_rows_kernel; two blocks an SM at d_model 1024).
 constexpr int kMaxRowThreads = 512;
 constexpr int kRowGroupThreads = 256;
 constexpr int kFwdRowsPerSlot = 4;
-constexpr int kBwdRowsPerSlot = 2;
-// Backward groups in shared memory: the one computed and two in flight. Measured at 32768 x 1024
-// bf16 on the H100 (76 / 79 / 75 / 77% of copy for 2 rows x 2 stages, 2 x 3, 4 x 2, 1 x 4): two
-// groups ahead keep the most bytes in flight at four blocks an SM (56 KiB each).
+// Backward: rows a slot takes per step, and the steps in shared memory (the one computed and two in
+// flight). Measured at 32768 x 1024 bf16 on the H100, % of copy (rows x stages): 3 x 3 80-81% (four
+// runs; 80 KiB a block, two blocks an SM), 2 x 3 76-79%, 1 x 6 78%, 2 x 4 76%, 2 x 2 76%, 3 x 4 78%,
+// 3 x 2 75%, 4 x 3 56% (spills).
+constexpr int kBwdRowsPerSlot = 3;
 constexpr int kBwdStages = 3;
 
 template <typename T, int V>
@@ -520,22 +520,10 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
     } else if (packed && C <= kMaxRowThreads * P) {
       const dim3 block = row_group_block(C, P, kRowGroupThreads);
-      auto go = [&](auto kernel, int rows_per_slot, int stages) {
-        const size_t smem = rows_backward_smem<T>(block, rows_per_slot, stages, C, needed[1]);
-        HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        launch(kernel, block, int(block.y) * rows_per_slot, smem);
-      };
-      static const int variant = [] {
-        const char* e = std::getenv("HYBRID_RMSNORM_BWD_VARIANT");
-        return e ? std::atoi(e) : 0;
-      }();
-      if (variant == 1) go(rmsnorm_backward_rows_kernel<T, P, 2, 4>, 2, 4);
-      else if (variant == 2) go(rmsnorm_backward_rows_kernel<T, P, 4, 3>, 4, 3);
-      else if (variant == 3) go(rmsnorm_backward_rows_kernel<T, P, 1, 6>, 1, 6);
-      else if (variant == 4) go(rmsnorm_backward_rows_kernel<T, P, 3, 3>, 3, 3);
-      else if (variant == 5) go(rmsnorm_backward_rows_kernel<T, P, 3, 2>, 3, 2);
-      else if (variant == 6) go(rmsnorm_backward_rows_kernel<T, P, 3, 4>, 3, 4);
-      else go(rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>, kBwdRowsPerSlot, kBwdStages);
+      auto kernel = rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>;
+      const size_t smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, C, needed[1]);
+      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      launch(kernel, block, int(block.y) * kBwdRowsPerSlot, smem);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;

@@ -25,7 +25,7 @@ TEST_CASE("rmsnorm on cuda matches the cpu reference, output and both gradients"
 // More rows than the backward keeps in flight, so each warp (or row-group block, for 1032, 1024 and
 // 776 columns) sums several rows into its dw sums, and the cross-block reduction has more than 32
 // partials per column; odd row counts, so the last row group is partly past the end (1024: bf16
-// blocks of 2 slots of 2 rows, three groups in shared memory; 776: 97 packs, 128 threads a row, the last 31 idle).
+// blocks of 2 slots of 3 rows, three groups in shared memory; 776: 97 packs, 128 threads a row, the last 31 idle).
 TEST_CASE("rmsnorm on cuda: many rows, weight gradient over grid-stride rows", "[rmsnorm][gpu]") {
   for (auto [rows, C] : {std::pair<int64_t, int64_t>{20001, 24}, {20001, 40}, {5001, 1032}, {20001, 1024}, {9003, 776}}) {
     DYNAMIC_SECTION("rows " << rows << " C " << C) {
