@@ -89,10 +89,6 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
     const int64_t gate_off = int64_t(b) * d.T * d.HV + j;
     chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, nullptr, nullptr, sBeta, sBg, lane);
   }
-  const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
-  // The first V tile is only read after the solve and W: its copy runs under them.
-  flash::load_tile<kC, 64, kThreads, true>(sV, vb, int64_t(d.HV) * d.V, t0, d.T, d.V, threadIdx.x);
-  flash::cp_async_commit();
   load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K, nullptr);
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
@@ -127,13 +123,10 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   __syncthreads();  // every warp is done with Ainv diag(beta gam)
   split_scaled(sBeta);
   bf16x* Uc = a.U + z * kC * d.V;
+  const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
   for (int v0 = 0; v0 < d.V; v0 += 64) {  // U0 = (Ainv diag(beta)) @ V, one 64-column tile at a time
-    if (v0) {
-      __syncthreads();  // every warp is done with the previous tile
-      load_rows<kC, 64, kThreads>(sV, vb + v0, int64_t(d.HV) * d.V, t0, d.T, d.V - v0, nullptr);
-    } else {
-      flash::cp_async_wait<0>();  // this thread's part of the first tile
-    }
+    if (v0) __syncthreads();              // every warp is done with the previous tile
+    load_rows<kC, 64, kThreads>(sV, vb + v0, int64_t(d.HV) * d.V, t0, d.T, d.V - v0, nullptr);
     __syncthreads();  // the V tile (and, the first time, Ainv diag(beta)) complete
     float u[1][8][4];
     zero(u);
