@@ -9,13 +9,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$(pwd)/device-out}
-mkdir -p "$OUT" /tmp/hybrid-carried
+mkdir -p "$OUT"
 source tools/device_env.sh
-python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' build-carry/bins.tar.xz /tmp/hybrid-carried
-wheel_libs=$(python3 -c 'import glob, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$(pwd)/build-carry/lib:$LD_LIBRARY_PATH:/usr/local/cuda/lib64${wheel_libs:+:$wheel_libs}"
-h=/tmp/hybrid-carried/bin/hybrid
-[ -f data/ts/ts.train.bin ] || $h tokenize --preset tinyshakespeare --tokenizer gpt2 --out data/ts > /dev/null
+source tools/device_carried_bins.sh
 gpus=$(nvidia-smi -L | wc -l)
 procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}
 steps=${DP_STEPS:-20}

@@ -8,13 +8,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$(pwd)/device-out}
-mkdir -p "$OUT" /tmp/hybrid-carried
+mkdir -p "$OUT"
 source tools/device_env.sh
-python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' build-carry/bins.tar.xz /tmp/hybrid-carried
-wheel_libs=$(python3 -c 'import glob, nvidia; print(":".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$(pwd)/build-carry/lib:$LD_LIBRARY_PATH:/usr/local/cuda/lib64${wheel_libs:+:$wheel_libs}"
-h=/tmp/hybrid-carried/bin/hybrid
-[ -f data/ts/ts.train.bin ] || $h tokenize --preset tinyshakespeare --tokenizer gpt2 --out data/ts > /dev/null
+source tools/device_carried_bins.sh
 log=$OUT/dp_tune.txt
 if [ "${DP_CLOCKS:-0}" = 1 ]; then
   nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
