@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
@@ -471,11 +472,14 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
           partial.data<float>(), g.dw.data<T>(), partial_rows, wn, 1.f);
       HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
     };
-    if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P) {
+    // The row-group kernel's stages need up to 72 KiB (4096 channels in bf16); a GPU with less shared
+    // memory a block takes the warp kernel instead.
+    const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
+    const size_t rows_smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, Gs);
+    if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P &&
+        rows_smem <= cuda_device_props(dev).smem_per_block_optin) {
       auto kernel = gate_first ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, true>
                                : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, false>;
-      const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
-      const size_t rows_smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, Gs);
       HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(rows_smem)));
       const int blocks = row_group_grid(kernel, block, kBwdRowsPerSlot, rows, wrows, rows_smem, dev);
       const int partial_rows = int(int64_t(blocks) * block.y / wrows);

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
@@ -514,16 +515,18 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     const bool packed = pack_width<T>(C, {x.data<T>(), w.data<T>(), dy.data<T>(), dx}) > 1;
     const size_t cached_smem = needed[1] ? row_bytes : 0;
     const dim3 warps8(8 * kWarpSize);
+    // The row-group kernel's stages need up to 144 KiB (d_model 4096 in bf16); a GPU with less shared
+    // memory a block takes the warp kernel instead.
+    const dim3 group_block = row_group_block(C, P, kRowGroupThreads);
+    const size_t group_smem = rows_backward_smem<T>(group_block, kBwdRowsPerSlot, kBwdStages, C, needed[1]);
     if (packed && C <= kWarpSize * P) {
       launch(rmsnorm_backward_cached_kernel<T, P, 1>, warps8, 8, cached_smem);
     } else if (packed && C <= 2 * kWarpSize * P) {
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
-    } else if (packed && C <= kMaxRowThreads * P) {
-      const dim3 block = row_group_block(C, P, kRowGroupThreads);
+    } else if (packed && C <= kMaxRowThreads * P && group_smem <= cuda_device_props(dev).smem_per_block_optin) {
       auto kernel = rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>;
-      const size_t smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, C, needed[1]);
-      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      launch(kernel, block, int(block.y) * kBwdRowsPerSlot, smem);
+      HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(group_smem)));
+      launch(kernel, group_block, int(group_block.y) * kBwdRowsPerSlot, group_smem);
     } else {
       // One shared fp32 row per warp: as many warps (up to 8) as 48 KiB of shared memory holds.
       const int warps = needed[1] ? int(std::clamp<size_t>(kSmemCap / row_bytes, 1, 8)) : 8;
