@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
-
 #include <cmath>
+#include <limits>
 
 #include "autograd/gradcheck.h"
 #include "optim/adamw.h"
@@ -38,6 +38,15 @@ TEST_CASE("clipping scales the global norm down to the limit and reports the nor
   REQUIRE(clip_grad_norm(ps, 1.0) == Approx(5.0));
   REQUIRE(global_grad_norm(ps) == Approx(5.0 / (5.0 + 1e-6)));
   REQUIRE(clip_grad_norm(ps, 0.0) == Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("clip_factor: below the limit, off, or a non-finite norm scale by 1", "[optim][clip]") {
+  REQUIRE(clip_factor(5.0, 1.0) == Approx(1.0 / (5.0 + 1e-6)));
+  REQUIRE(clip_factor(0.5, 1.0) == 1.0);
+  REQUIRE(clip_factor(5.0, 0.0) == 1.0);
+  REQUIRE(clip_factor(5.0, -1.0) == 1.0);
+  REQUIRE(clip_factor(std::numeric_limits<double>::infinity(), 1.0) == 1.0);
+  REQUIRE(clip_factor(std::nan(""), 1.0) == 1.0);
 }
 
 TEST_CASE("warmup_cosine reaches the peak at the end of warm-up and final_ratio at the last step", "[optim][schedule]") {
