@@ -31,7 +31,7 @@ fi
 
 # Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
 # the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
-# Slow: 1 to 3 minutes a case (the bench allocates every case's inputs, ~15 GB, under the profiler).
+# Slow: about a minute a case under the profiler (only the filtered family's inputs are made).
 # NCU_COUNT=N profiles only the first N launches and lists them in order; NCU_ONLY=1 runs nothing else.
 run_ncu() {
   local c csv
