@@ -31,7 +31,8 @@ fi
 
 # Per-kernel times under Nsight Compute, NCU_CASES="filter@shape;..." (e.g. "gated_delta_rule@ T16384 "):
 # the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
-# Slow: about a minute a case under the profiler (only the filtered family's inputs are made).
+# Slow: 1 to 3 minutes a case when the bench made every case's inputs (~15 GB); it now makes only the
+# filtered family's, which should be faster under the profiler too (not yet timed).
 # NCU_COUNT=N profiles only the first N launches and lists them in order; NCU_ONLY=1 runs nothing else.
 run_ncu() {
   local c csv
