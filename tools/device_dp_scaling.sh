@@ -8,9 +8,6 @@
 # JSON per run. NCCL_NVLS_ENABLE=0 for every rank (device_env.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-$(pwd)/device-out}
-mkdir -p "$OUT"
-source tools/device_env.sh
 source tools/device_carried_bins.sh
 gpus=$(nvidia-smi -L | wc -l)
 procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}

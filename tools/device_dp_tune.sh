@@ -7,9 +7,6 @@
 # its sections ($OUT/run_*.log), to tell a slower kernel from a slower clock.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-$(pwd)/device-out}
-mkdir -p "$OUT"
-source tools/device_env.sh
 source tools/device_carried_bins.sh
 log=$OUT/dp_tune.txt
 if [ "${DP_CLOCKS:-0}" = 1 ]; then

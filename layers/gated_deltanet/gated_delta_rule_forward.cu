@@ -456,9 +456,8 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
       const size_t smem = WyPrepareSmem<KT>::kBytes;
       set_smem(wy_prepare_kernel<KT>, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-      const WyPrepareArgs a{bp(k),        bp(v),        g.data<float>(),
-                            beta.data<float>(), bp_mut(w.W), bp_mut(w.U),
-                            keep_ainv ? bp_mut(w.Ainv) : nullptr};
+      const WyPrepareArgs a{bp(k),       bp(v),       g.data<float>(), beta.data<float>(),
+                            bp_mut(w.W), bp_mut(w.U), w.Ainv.defined() ? bp_mut(w.Ainv) : nullptr};
       wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule wy_prepare_kernel", grid, kThreads, smem);
     }

@@ -343,6 +343,12 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     }
     flash::cp_async_commit();
   };
+  auto shift = [&] {
+#pragma unroll
+    for (int a = 0; a + 1 < kStages - 1; ++a)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
+  };
   P wp{};
   if (active) wp = load_pack<P>(w + c);
   float dw[V];
@@ -352,10 +358,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   int step = 0;
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-#pragma unroll
-    for (int a = 0; a + 1 < kStages - 1; ++a)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
+    shift();
     issue(int64_t(blockIdx.x) * group + k * stride, k);
   }
 #pragma unroll 1
@@ -365,10 +368,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     float rs[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rs[r] = rs_ahead[0][r];
-#pragma unroll
-    for (int a = 0; a + 1 < kStages - 1; ++a)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
+    shift();
     issue(first + (kStages - 1) * stride, (step + kStages - 1) % kStages);
     flash::cp_async_wait<kStages - 1>();
     // mean(g * xhat) of the rows when dx is wanted (a uniform branch: the barrier is safe).
