@@ -18,6 +18,7 @@
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/step_queue.cuh"
 #include "kernels/vector_io.cuh"
 #include "layers/softmax_attention/flash_attention_device.cuh"  // cp.async
 #include "layers/norm/gated_rmsnorm_op.h"
@@ -309,12 +310,6 @@ __global__ void __maxnreg__(kRowGroupRegisters)
     }
     flash::cp_async_commit();
   };
-  auto shift = [&] {
-#pragma unroll
-    for (int a = 0; a + 1 < kStages - 1; ++a)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
-  };
   P wp{};
   if (active) wp = load_pack<P>(w + wrow * Gs + c);
   float dw[V];
@@ -322,7 +317,7 @@ __global__ void __maxnreg__(kRowGroupRegisters)
   for (int e = 0; e < V; ++e) dw[e] = 0.f;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    shift();
+    shift_steps(rs_ahead);
     issue(int64_t(s) * kRows, s);
   }
   // Row r's x, z, dy (from shared memory) and gain packs in fp32.
@@ -339,7 +334,7 @@ __global__ void __maxnreg__(kRowGroupRegisters)
     float rs[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rs[r] = rs_ahead[0][r];
-    shift();
+    shift_steps(rs_ahead);
     issue(k + int64_t(kStages - 1) * kRows, (step + kStages - 1) % kStages);
     flash::cp_async_wait<kStages - 1>();
     // m = mean(dnh * nh) of each row, when dx or dz is wanted (a uniform branch: the barrier is safe).

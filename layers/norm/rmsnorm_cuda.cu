@@ -17,6 +17,7 @@
 #include "core/cuda/cuda_stream.h"
 #include "kernels/cuda_dispatch.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/step_queue.cuh"
 #include "kernels/vector_io.cuh"
 #include "layers/softmax_attention/flash_attention_device.cuh"  // cp.async
 #include "layers/norm/rmsnorm_op.h"
@@ -343,12 +344,6 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     }
     flash::cp_async_commit();
   };
-  auto shift = [&] {
-#pragma unroll
-    for (int a = 0; a + 1 < kStages - 1; ++a)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) rs_ahead[a][r] = rs_ahead[a + 1][r];
-  };
   P wp{};
   if (active) wp = load_pack<P>(w + c);
   float dw[V];
@@ -358,7 +353,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
   int step = 0;
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    shift();
+    shift_steps(rs_ahead);
     issue(int64_t(blockIdx.x) * group + k * stride, k);
   }
 #pragma unroll 1
@@ -368,7 +363,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 2)
     float rs[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rs[r] = rs_ahead[0][r];
-    shift();
+    shift_steps(rs_ahead);
     issue(first + (kStages - 1) * stride, (step + kStages - 1) % kStages);
     flash::cp_async_wait<kStages - 1>();
     // mean(g * xhat) of the rows when dx is wanted (a uniform branch: the barrier is safe).
