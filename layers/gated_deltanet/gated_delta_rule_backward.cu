@@ -33,7 +33,6 @@ using chunk_mma::bp_mut;
 using chunk_mma::chunk_cumsum;
 using chunk_mma::frag_col;
 using chunk_mma::frag_row;
-using chunk_mma::load_rows;
 using chunk_mma::pack_bf16;
 using chunk_mma::rowdot;
 using chunk_mma::set_smem;
@@ -268,6 +267,14 @@ __device__ __forceinline__ void store_qk_grad(const float (&acc)[1][NTK][4], bf1
     }
 }
 
+// Starts the copy of rows [row0, row0 + ROWS) (nrows in all, cols wide, row_stride apart) into a
+// [ROWS][WIDTH + 8] tile of backward_intra_chunk_kernel, zero outside; complete after a commit and a wait.
+template <int ROWS, int WIDTH>
+__device__ __forceinline__ void copy_tile(bf16x* dst, const bf16x* src, int64_t row_stride, int row0, int nrows,
+                                          int cols) {
+  flash::load_tile<ROWS, WIDTH, kIntraChunkThreads, true>(dst, src, row_stride, row0, nrows, cols, threadIdx.x);
+}
+
 // Grid (NC, B HV), kIntraChunkThreads; smem IntraChunkSmem<KT> (111 KiB at KT = 64: two blocks per SM). With S = S_c,
 // D = D_c, U, dU of the chunk (4.4 stages 2, 3):
 //   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
@@ -313,42 +320,52 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   const bf16x *Uc = a.U + z * kC * d.V, *dUc = a.dU + z * kC * d.V;
   const bf16x *Sc = a.S + z * d.K * d.V, *Dc = a.D + z * d.K * d.V;
 
-  if (warp == 0) chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, sGam, sKd, sBeta, sBg, lane);
-  load_rows<kC, KT, kIntraChunkThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  load_rows<kC, KT, kIntraChunkThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  __syncthreads();
+  // Every tile copy is asynchronous (copy_tile): a kernel's loads are in flight together.
+  const int VN = (d.V + 63) / 64;
+  auto load_vtiles = [&](int v0, bool pass1) {
+    const int cols = d.V - v0;
+    copy_tile<kC, 64>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols);
+    copy_tile<kC, 64>(sU, Uc + v0, d.V, 0, kC, cols);
+    copy_tile<kC, 64>(sdU, dUc + v0, d.V, 0, kC, cols);
+    if (pass1) copy_tile<kC, 64>(sV, a.v + v_off + v0, v_row, t0, d.T, cols);
+    if (!pass1 || VN == 1) {
+      copy_tile<KT, 64>(sS, Sc + v0, d.V, 0, d.K, cols);
+      copy_tile<KT, 64>(sD, Dc + v0, d.V, 0, d.K, cols);
+    }
+    flash::cp_async_commit();
+  };
+  copy_tile<kC, KT>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K);
+  copy_tile<kC, KT>(sK, a.k + qk_off, qk_row, t0, d.T, d.K);
   if (a.Ainv) {  // the forward's parts (the same bits the solve below gives)
     const bf16x* src = a.Ainv + z * 2 * kC * kC;
-    load_rows<kC, kC, kIntraChunkThreads>(sAhi, src, kC, 0, kC, kC, nullptr);
-    load_rows<kC, kC, kIntraChunkThreads>(sAlo, src + kC * kC, kC, 0, kC, kC, nullptr);
-  } else {
+    copy_tile<kC, kC>(sAhi, src, kC, 0, kC, kC);
+    copy_tile<kC, kC>(sAlo, src + kC * kC, kC, 0, kC, kC);
+  }
+  flash::cp_async_commit();
+  // With Ainv given there is no solve, so the first V tiles need not wait for its scratch.
+  const bool early_vtiles = a.Ainv != nullptr;
+  if (early_vtiles) load_vtiles(0, true);
+  if (warp == 0) chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, sGam, sKd, sBeta, sBg, lane);
+  flash::cp_async_wait<0>();
+  __syncthreads();
+  if (!a.Ainv) {
     chunk_inverse<KT, kIntraChunkThreads>(sK, sG, sBeta, sM, sX, sT);  // Ainv in fp32, recomputed (4.5), then split
     for (int e = tid; e < kC * kC; e += kIntraChunkThreads)
       split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
   }
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
-
-  const int VN = (d.V + 63) / 64;
-  auto load_vtiles = [&](int v0, bool pass1) {
-    const int cols = d.V - v0;
-    load_rows<kC, 64, kIntraChunkThreads>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols, nullptr);
-    load_rows<kC, 64, kIntraChunkThreads>(sU, Uc + v0, d.V, 0, kC, cols, nullptr);
-    load_rows<kC, 64, kIntraChunkThreads>(sdU, dUc + v0, d.V, 0, kC, cols, nullptr);
-    if (pass1) load_rows<kC, 64, kIntraChunkThreads>(sV, a.v + v_off + v0, v_row, t0, d.T, cols, nullptr);
-    if (!pass1 || VN == 1) {
-      load_rows<KT, 64, kIntraChunkThreads>(sS, Sc + v0, d.V, 0, d.K, cols, nullptr);
-      load_rows<KT, 64, kIntraChunkThreads>(sD, Dc + v0, d.V, 0, d.K, cols, nullptr);
-    }
-  };
   float rowB[2] = {0.f, 0.f}, rowG[2] = {0.f, 0.f};  // this warp's parts of dbeta, dG for rows r0, r0 + 8
   // Pass 1: dP, dU @ V^T, X2.
   float accP[1][4][4], accAv[1][4][4];
   zero(accP);
   zero(accAv);
   for (int v0 = 0; v0 < d.V; v0 += 64) {
-    if (v0) __syncthreads();  // every warp is done with the previous tiles
-    load_vtiles(v0, true);
-    __syncthreads();
+    if (v0 || !early_vtiles) {
+      if (v0) __syncthreads();  // every warp is done with the previous tiles
+      load_vtiles(v0, true);
+      flash::cp_async_wait<0>();
+      __syncthreads();
+    }
     warp_mma<1, 4, kC, false, true>(accP, sDO, kLd64, m0, sU, kLd64, n0, lane);
     warp_mma<1, 4, kC, false, true>(accAv, sdU, kLd64, m0, sV, kLd64, n0, lane);
     float x2[1][4][4];
@@ -391,6 +408,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
     if (VN > 1) {
       __syncthreads();
       load_vtiles(v0, false);
+      flash::cp_async_wait<0>();
       __syncthreads();
     }
     warp_mma<1, NTK, kC, false, true>(accQ, sDO, kLd64, m0, sS, kLd64, k0, lane);

@@ -33,7 +33,6 @@ using chunk_mma::bp_mut;
 using chunk_mma::chunk_cumsum;
 using chunk_mma::frag_col;
 using chunk_mma::frag_row;
-using chunk_mma::load_rows;
 using chunk_mma::pack_bf16;
 using chunk_mma::set_smem;
 using chunk_mma::store_masked;
@@ -85,11 +84,19 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   float* sBg = sBeta + kC;
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = 16 * warp;
+  const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
+  const int64_t v_row = int64_t(d.HV) * d.V;
+  // K and the first V tile are copied while warp 0 forms the gates; V waits in its own tile until
+  // the solve is done.
+  flash::load_tile<kC, KT, kThreads, true>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T,
+                                           d.K, threadIdx.x);
+  flash::load_tile<kC, 64, kThreads, true>(sV, vb, v_row, t0, d.T, d.V, threadIdx.x);
+  flash::cp_async_commit();
   if (warp == 0) {
     const int64_t gate_off = int64_t(b) * d.T * d.HV + j;
     chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, nullptr, nullptr, sBeta, sBg, lane);
   }
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.H + qh) * d.K, int64_t(d.H) * d.K, t0, d.T, d.K, nullptr);
+  flash::cp_async_wait<0>();
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
   const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
@@ -123,10 +130,13 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   __syncthreads();  // every warp is done with Ainv diag(beta gam)
   split_scaled(sBeta);
   bf16x* Uc = a.U + z * kC * d.V;
-  const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
   for (int v0 = 0; v0 < d.V; v0 += 64) {  // U0 = (Ainv diag(beta)) @ V, one 64-column tile at a time
-    if (v0) __syncthreads();              // every warp is done with the previous tile
-    load_rows<kC, 64, kThreads>(sV, vb + v0, int64_t(d.HV) * d.V, t0, d.T, d.V - v0, nullptr);
+    if (v0) {                             // the first tile came with K
+      __syncthreads();                    // every warp is done with the previous tile
+      flash::load_tile<kC, 64, kThreads, true>(sV, vb + v0, v_row, t0, d.T, d.V - v0, threadIdx.x);
+      flash::cp_async_commit();
+      flash::cp_async_wait<0>();
+    }
     __syncthreads();  // the V tile (and, the first time, Ainv diag(beta)) complete
     float u[1][8][4];
     zero(u);
@@ -367,11 +377,19 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
   float* sGam = sG + kC;
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = 16 * warp;
+  const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
+  const int64_t z = int64_t(bh) * d.NC + c;
+  auto load_vtiles = [&](int v0) {  // S_c and U of columns [v0, v0 + 64), asynchronous
+    flash::load_tile<KT, 64, kThreads, true>(sS, a.S + z * d.K * d.V + v0, d.V, 0, d.K, d.V - v0, threadIdx.x);
+    flash::load_tile<kC, 64, kThreads, true>(sU, a.U + z * kC * d.V + v0, d.V, 0, kC, d.V - v0, threadIdx.x);
+  };
+  flash::load_tile<kC, KT, kThreads, true>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, threadIdx.x);
+  flash::load_tile<kC, KT, kThreads, true>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, threadIdx.x);
+  load_vtiles(0);
+  flash::cp_async_commit();
   if (warp == 0)
     chunk_gates(a.g + int64_t(b) * d.T * d.HV + j, nullptr, d.HV, t0, d.T, sG, sGam, nullptr, nullptr, nullptr, lane);
-  const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
-  load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  flash::cp_async_wait<0>();
   __syncthreads();
   {
     float p[1][kC / 8][4];
@@ -379,13 +397,16 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
     warp_mma<1, kC / 8, KT, false, true>(p, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
     store_masked(sP, kLd64, p, sG, a.scale, m0, 0, lane);
   }
-  const int64_t z = int64_t(bh) * d.NC + c;
+  __syncwarp();  // the P rows this warp reads are the rows it wrote
   bf16x* ob = a.o + (int64_t(b) * d.T * d.HV + j) * d.V;
   for (int v0 = 0; v0 < d.V; v0 += 64) {
-    if (v0) __syncthreads();  // every warp is done with the previous tiles
-    load_rows<KT, 64, kThreads>(sS, a.S + z * d.K * d.V + v0, d.V, 0, d.K, d.V - v0, nullptr);
-    load_rows<kC, 64, kThreads>(sU, a.U + z * kC * d.V + v0, d.V, 0, kC, d.V - v0, nullptr);
-    __syncthreads();
+    if (v0) {                   // the first tiles came with Q and K
+      __syncthreads();          // every warp is done with the previous tiles
+      load_vtiles(v0);
+      flash::cp_async_commit();
+      flash::cp_async_wait<0>();
+      __syncthreads();
+    }
     float acc[1][8][4];
     zero(acc);
     warp_mma<1, 8, KT, false, false>(acc, sQ, KT + 8, m0, sS, kLd64, 0, lane);

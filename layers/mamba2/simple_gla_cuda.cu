@@ -1,14 +1,18 @@
 // The fused bf16 CUDA path of simple_gla (mamba2.md 4): per (b, h, chunk of 64 tokens) tensor-core
 // kernels (mma.sync m16n8k16, bf16 operands staged in shared memory, fp32 accumulation), with the
-// gates (F1: G, gam, kd, Glast) and an fp32 elementwise state scan (F3 / B2) on fp32 per-chunk
-// states (B, H, NC + 1, K, V) in between.
+// gates (F1: G, gam, kd, Glast) and a state scan (F3 / B2) in between that accumulates in fp32 and
+// reads and writes bf16 per-chunk states (B, H, NC + 1, K, V).
 // Forward:  gates_kernel; outer_kernel s_c = (kd .* K)^T @ V into state slot c + 1; state_scan_kernel
-//           (slot c = S_c); forward_kernel O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V).
-// Backward: the forward's first three steps (states S_c); outer_kernel scale (gam .* Q)^T @ dO into
-//           slot c of D with dS_T in slot NC; the reverse state_scan_kernel (slot c + 1 = D_c, slot
-//           0 = dS0); backward_kernel per (b, q/k group, chunk), walking the group's heads in order:
-//           dP, dQ_h, dK_h, dV_h, dG = rowdot(dQ_h, Q) - rowdot(dK_h, K) + <S_{c+1}, D_c> on the
-//           last row and its reverse cumsum; dQ, dK are the group sums in head order (no atomics).
+//           (slot c = S_c, S_T in fp32 to the final state); forward_kernel
+//           O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V).
+// Backward: the forward's states (kept by the forward, or its first three steps again); outer_kernel
+//           scale (gam .* Q)^T @ dO into slot c of D; the reverse state_scan_kernel from dS_T (slot
+//           c + 1 = D_c, dS0 in fp32); backward_kernel per (b, q/k group, chunk), walking the group's
+//           heads in order: dP, dQ_h, dK_h, dV_h, dG = rowdot(dQ_h, Q) - rowdot(dK_h, K) + <S_{c+1}, D_c>
+//           on the last row and its reverse cumsum; dQ, dK are the group sums in head order (no atomics).
+// The states are bf16 in memory because every consumer multiplies them in bf16 anyway; the chunk
+// contributions are rounded once each and summed in fp32, so the error does not grow with the number
+// of chunks. This halves the state traffic, most of the bytes of the op (docs/layers/mamba2.md).
 // Tiles: K and V are padded to KT, VT in {64, 128} (zero columns change no product); 4 warps, each
 // owns 16 token rows (or KT / 4 state rows). Every (tile) operand is loaded with ldmatrix from a
 // row-major smem tile; a transposed operand uses ldmatrix.trans, never a reinterpreted accumulator
@@ -26,6 +30,7 @@
 #include "kernels/chunk_mma.cuh"
 #include "kernels/chunk_ops.h"
 #include "layers/mamba2/simple_gla_op.h"
+#include "layers/softmax_attention/flash_attention_device.cuh"
 
 namespace hyb {
 namespace {
@@ -51,38 +56,6 @@ using chunk_mma::zero;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kLdP = kC + 8;  // row stride of the 64 x 64 score tiles
-
-// An fp32 (K, V) state into a bf16 [KT][VT + 8] tile, zero outside K x V; V % 8 == 0. With dot_with
-// (another (K, V) fp32 state), returns this thread's part of sum(st .* dot_with) in fp32.
-template <int KT, int VT>
-__device__ __forceinline__ float load_state(bf16x* s, const float* st, int K, int V, const float* dot_with) {
-  constexpr int kVec = VT / 4, kIters = KT * kVec / kThreads, kBatch = 4;
-  static_assert(KT * kVec % (kThreads * kBatch) == 0, "the tile splits evenly over the threads");
-  float dot = 0.f;
-#pragma unroll
-  for (int batch = 0; batch < kIters / kBatch; ++batch) {  // batches of kBatch loads in flight
-    float4 val[kBatch];
-#pragma unroll
-    for (int it = 0; it < kBatch; ++it) {
-      const int x = (batch * kBatch + it) * kThreads + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
-      val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < K && c4 < V) {
-        val[it] = *reinterpret_cast<const float4*>(st + int64_t(r) * V + c4);
-        if (dot_with) {
-          const float4 w = *reinterpret_cast<const float4*>(dot_with + int64_t(r) * V + c4);
-          dot += val[it].x * w.x + val[it].y * w.y + val[it].z * w.z + val[it].w * w.w;
-        }
-      }
-    }
-#pragma unroll
-    for (int it = 0; it < kBatch; ++it) {
-      const int x = (batch * kBatch + it) * kThreads + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
-      *reinterpret_cast<uint2*>(s + r * (VT + 8) + c4) =
-          make_uint2(pack_bf16(val[it].x, val[it].y), pack_bf16(val[it].z, val[it].w));
-    }
-  }
-  return dot;
-}
 
 // The chunk's gates (B, H, NC, 64) into shared memory.
 __device__ __forceinline__ void load_vec(float* s, const float* src) {
@@ -117,24 +90,27 @@ __global__ void __launch_bounds__(256) gates_kernel(const float* __restrict__ g,
   if (lane == 0) Glast[z] = last;
 }
 
-// F3 / B2 on fp32 states (B H, NC + 1, K, V), one thread per 4 state elements, sequential over chunks
-// (chunk_state_scan's recurrence, same order of operations):
-//   forward: slot c + 1 = slot c + 1 + exp(Glast_c) slot c,  c = 0 .. NC-1
-//   reverse: slot c = slot c + exp(Glast_c) slot c + 1,      c = NC-1 .. 0
-// The slots of kAhead chunks are loaded before the dependent updates, so a thread has that many
+// F3 / B2 on bf16 states (B H, NC + 1, K, V), one thread per 4 state elements accumulating in fp32,
+// sequential over chunks (chunk_state_scan's recurrence, same order of operations):
+//   forward: acc = init; slot 0 = acc; acc = slot c + 1 + exp(Glast_c) acc, slot c + 1 = acc, c = 0 .. NC-1
+//   reverse: acc = init; slot NC = acc; acc = slot c + exp(Glast_c) acc, slot c = acc,     c = NC-1 .. 0
+// init (B H, K, V) f32 or null (zeros); last (B H, K, V) f32 gets the final acc when not null (S_T or
+// dS0). The slots of kAhead chunks are loaded before the dependent updates, so a thread has that many
 // loads in flight instead of one per chunk.
 template <bool kReverse>
-__global__ void __launch_bounds__(256) state_scan_kernel(float* __restrict__ states, const float* __restrict__ Glast,
+__global__ void __launch_bounds__(256) state_scan_kernel(bf16x* __restrict__ states, const float* __restrict__ Glast,
+                                                         const float* __restrict__ init, float* __restrict__ last,
                                                          int64_t BH, int NC, int64_t KV4) {
   constexpr int kAhead = 8;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BH * KV4) return;
   const int64_t bh = i / KV4;
-  float4* s = reinterpret_cast<float4*>(states) + bh * (NC + 1) * KV4 + i % KV4;
+  uint2* s = reinterpret_cast<uint2*>(states) + bh * (NC + 1) * KV4 + i % KV4;
   const float* gl = Glast + bh * NC;
-  float4 acc = s[kReverse ? int64_t(NC) * KV4 : 0];
+  float4 acc = init ? reinterpret_cast<const float4*>(init)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  s[kReverse ? int64_t(NC) * KV4 : 0] = make_uint2(pack_bf16(acc.x, acc.y), pack_bf16(acc.z, acc.w));
   for (int step0 = 0; step0 < NC; step0 += kAhead) {
-    float4 x[kAhead];
+    uint2 x[kAhead];
     float a[kAhead];
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
@@ -148,22 +124,55 @@ __global__ void __launch_bounds__(256) state_scan_kernel(float* __restrict__ sta
     for (int j = 0; j < kAhead; ++j) {
       const int step = step0 + j, c = kReverse ? NC - 1 - step : step;
       if (step < NC) {
-        acc.x = x[j].x + a[j] * acc.x;
-        acc.y = x[j].y + a[j] * acc.y;
-        acc.z = x[j].z + a[j] * acc.z;
-        acc.w = x[j].w + a[j] * acc.w;
-        s[int64_t(kReverse ? c : c + 1) * KV4] = acc;
+        acc.x = __uint_as_float(x[j].x << 16) + a[j] * acc.x;  // the bf16 halves widened to fp32 bit patterns
+        acc.y = __uint_as_float(x[j].x & 0xffff0000u) + a[j] * acc.y;
+        acc.z = __uint_as_float(x[j].y << 16) + a[j] * acc.z;
+        acc.w = __uint_as_float(x[j].y & 0xffff0000u) + a[j] * acc.w;
+        s[int64_t(kReverse ? c : c + 1) * KV4] = make_uint2(pack_bf16(acc.x, acc.y), pack_bf16(acc.z, acc.w));
       }
     }
   }
+  if (last) reinterpret_cast<float4*>(last)[i] = acc;
+}
+
+// Starts the copy of rows [t0, t0 + ROWS) of a bf16 matrix (row_stride apart, T rows, D columns) into
+// a [ROWS][DT + 8] tile, zero outside; complete after cp_async_commit and cp_async_wait. All of a
+// kernel's tiles are in flight at once, where load_rows waits for each in turn.
+template <int ROWS, int DT>
+__device__ __forceinline__ void load_async(bf16x* s, const bf16x* src, int64_t row_stride, int t0, int T, int D) {
+  flash::load_tile<ROWS, DT, kThreads, true>(s, src, row_stride, t0, T, D, threadIdx.x);
+}
+
+// The bf16 (K, V) state of one slot into a [KT][VT + 8] tile, zero outside K x V (asynchronous).
+template <int KT, int VT>
+__device__ __forceinline__ void load_state(bf16x* s, const bf16x* slot, const Dims& d) {
+  load_async<KT, VT>(s, slot, d.V, 0, d.K, d.V);
+}
+
+// This thread's part of sum(slot .* tile) over K x V, slot a bf16 (K, V) state in global memory and
+// tile a state loaded by load_state.
+template <int KT, int VT>
+__device__ __forceinline__ float state_dot(const bf16x* slot, const bf16x* tile, const Dims& d) {
+  float dot = 0.f;
+  for (int x = threadIdx.x; x < d.K * (d.V / 8); x += kThreads) {
+    const int r = x / (d.V / 8), c8 = (x % (d.V / 8)) * 8;
+    const uint4 gv = *reinterpret_cast<const uint4*>(slot + int64_t(r) * d.V + c8);
+    const uint4 tv = *reinterpret_cast<const uint4*>(tile + r * (VT + 8) + c8);
+    const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w}, tw[4] = {tv.x, tv.y, tv.z, tv.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e)  // a bf16 pair's halves widened to fp32 bit patterns
+      dot += __uint_as_float(gw[e] << 16) * __uint_as_float(tw[e] << 16) +
+             __uint_as_float(gw[e] & 0xffff0000u) * __uint_as_float(tw[e] & 0xffff0000u);
+  }
+  return dot;
 }
 
 // out slot (c + slot_off) of (b, h) = alpha (rs .* X)^T @ Y, X = x of head h / xdiv (B, T, *, K),
-// Y (B, T, H, V), rs a per-token vector of the chunk layout (B, H, NC, 64). out (B, H, NC + 1, K, V).
+// Y (B, T, H, V), rs a per-token vector of the chunk layout (B, H, NC, 64). out (B, H, NC + 1, K, V) bf16.
 // Grid (NC, B H). Warps split the KT state rows.
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict__ x, int xdiv, const bf16x* __restrict__ y,
-                                                         const float* __restrict__ rs, float* __restrict__ out,
+                                                         const float* __restrict__ rs, bf16x* __restrict__ out,
                                                          int slot_off, float alpha, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sX = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
@@ -171,17 +180,19 @@ __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict
   float* sR = reinterpret_cast<float*>(sY + kC * (VT + 8));
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
   const int xh = h / xdiv, xheads = d.H / xdiv;
+  load_async<kC, VT>(sY, y + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V);
+  flash::cp_async_commit();
   load_vec(sR, rs + (int64_t(bh) * d.NC + c) * kC);
   __syncthreads();
   load_rows<kC, KT, kThreads>(sX, x + (int64_t(b) * d.T * xheads + xh) * d.K, int64_t(xheads) * d.K, c * kC, d.T, d.K, sR);
-  load_rows<kC, VT, kThreads>(sY, y + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
+  flash::cp_async_wait<0>();
   __syncthreads();
   constexpr int MT = KT / 64;  // 16-row tiles per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16 * MT;
   float acc[MT][VT / 8][4];
   zero(acc);
   warp_mma<MT, VT / 8, kC, true, false>(acc, sX, KT + 8, m0, sY, VT + 8, 0, lane);
-  float* o = out + (int64_t(bh) * (d.NC + 1) + c + slot_off) * d.K * d.V;
+  bf16x* o = out + (int64_t(bh) * (d.NC + 1) + c + slot_off) * d.K * d.V;
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -190,8 +201,8 @@ __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict
       for (int e = 0; e < 4; e += 2) {
         const int r = m0 + mi * 16 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
         if (r < d.K && col < d.V)
-          *reinterpret_cast<float2*>(o + int64_t(r) * d.V + col) =
-              make_float2(alpha * acc[mi][ni][e], alpha * acc[mi][ni][e + 1]);
+          *reinterpret_cast<uint32_t*>(o + int64_t(r) * d.V + col) =
+              pack_bf16(alpha * acc[mi][ni][e], alpha * acc[mi][ni][e + 1]);
       }
 }
 
@@ -199,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restrict__ q, const bf16x* __restrict__ k,
                                                            const bf16x* __restrict__ v, const float* __restrict__ G,
-                                                           const float* __restrict__ gam, const float* __restrict__ states,
+                                                           const float* __restrict__ gam, const bf16x* __restrict__ states,
                                                            bf16x* __restrict__ o, float scale, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
@@ -211,13 +222,15 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
   float* sGam = sG + kC;
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, grp = h / d.hpg;
   const int64_t z = int64_t(bh) * d.NC + c;
+  const int64_t qk_row = int64_t(d.Gq) * d.K;
+  load_async<kC, KT>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K);
+  load_async<kC, KT>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K);
+  load_async<kC, VT>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V);
+  load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d);
+  flash::cp_async_commit();
   load_vec(sG, G + z * kC);
   load_vec(sGam, gam + z * kC);
-  const int64_t qk_row = int64_t(d.Gq) * d.K;
-  load_rows<kC, KT, kThreads>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
-  load_rows<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K, nullptr);
-  load_rows<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V, nullptr);
-  load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d.K, d.V, nullptr);
+  flash::cp_async_wait<0>();
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   {
@@ -277,8 +290,8 @@ __device__ __forceinline__ void group_accumulate(const float (&acc)[1][KT / 8][4
 struct BackwardArgs {
   const bf16x *q, *k, *v, *dout;
   const float *G, *gam, *kd;
-  const float* states;  // (B, H, NC + 1, K, V): slot c = S_c
-  const float* D;       // (B, H, NC + 1, K, V): slot c + 1 = D_c
+  const bf16x* states;  // (B, H, NC + 1, K, V): slot c = S_c
+  const bf16x* D;       // (B, H, NC + 1, K, V): slot c + 1 = D_c
   bf16x *dq, *dk, *dv;  // null when not wanted
   float* dg;            // (B, T, H) or null
   float scale;
@@ -307,24 +320,27 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t qk_row = int64_t(d.Gq) * d.K, v_row = int64_t(d.H) * d.V;
   const int64_t qk_off = (int64_t(b) * d.T * d.Gq + grp) * d.K;
-  load_rows<kC, KT, kThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K, nullptr);
-  load_rows<kC, KT, kThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K, nullptr);
+  load_async<kC, KT>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K);
+  load_async<kC, KT>(sK, a.k + qk_off, qk_row, t0, d.T, d.K);
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
   for (int hi = 0; hi < d.hpg; ++hi) {
     const int h = grp * d.hpg + hi, bh = b * d.H + h;
     const int64_t z = int64_t(bh) * d.NC + c;
     const int64_t KV = int64_t(d.K) * d.V;
     __syncthreads();  // the previous head is done with every tile
+    load_async<kC, VT>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
+    load_async<kC, VT>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
+    const bf16x* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
+    load_state<KT, VT>(sS, Sc, d);
+    load_state<KT, VT>(sD, a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV, d);
+    flash::cp_async_commit();
     load_vec(sG, a.G + z * kC);
     load_vec(sGam, a.gam + z * kC);
     load_vec(sKd, a.kd + z * kC);
-    load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
-    load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V, nullptr);
-    const float* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
-    const float* Dc = a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV;
-    load_state<KT, VT>(sS, Sc, d.K, d.V, nullptr);
-    // <S_{c+1}, D_c> in fp32 for the last row of dG.
-    const float inner = block_sum<kWarps>(load_state<KT, VT>(sD, Dc, d.K, d.V, a.dg ? Sc + KV : nullptr), sRed);  // + barrier
+    flash::cp_async_wait<0>();
+    __syncthreads();
+    // <S_{c+1}, D_c> for the last row of dG, summed in fp32.
+    const float inner = a.dg ? block_sum<kWarps>(state_dot<KT, VT>(Sc + KV, sD, d), sRed) : 0.f;
 
     {  // dP and P of the warp's rows (Q @ K^T is recomputed per head: holding it costs occupancy)
       float x[1][kC / 8][4];
@@ -432,27 +448,38 @@ Dims dims_of(const SimpleGlaDims& sd, const ChunkDims& cd) {
   return {int(sd.B), int(sd.T), int(sd.H), int(sd.Gq), int(sd.heads_per_group), int(sd.K), int(sd.V), int(cd.NC)};
 }
 
-void launch_outer(const Tensor& x, int xdiv, const Tensor& y, const float* rs, const ChunkBuffer& out, int slot_off,
+// Per-chunk states of every (b, h): (B H, NC + 1, K, V) bf16.
+Tensor state_slots(const Dims& d, Device dev) {
+  return Tensor::empty({int64_t(d.B) * d.H, int64_t(d.NC) + 1, d.K, d.V}, DType::bf16, dev);
+}
+
+void launch_outer(const Tensor& x, int xdiv, const Tensor& y, const float* rs, Tensor& out, int slot_off,
                   float alpha, const Dims& d, cudaStream_t stream) {
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
     const size_t smem = outer_smem<KT, VT>();
     set_smem(outer_kernel<KT, VT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.H));
-    outer_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(x), xdiv, bp(y), rs, out.data(), slot_off, alpha, d);
+    outer_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(x), xdiv, bp(y), rs, bp_mut(out), slot_off, alpha, d);
     HYB_CUDA_LAUNCH_CHECK("simple_gla outer_kernel", grid, kThreads, smem);
   });
 }
 
-void state_scan(const ChunkBuffer& states, const Tensor& Glast, bool reverse, const Dims& d, cudaStream_t stream) {
+// init and last: (B, H, K, V) f32, either may be undefined (zeros; not written).
+void state_scan(Tensor& states, const Tensor& Glast, const Tensor& init, Tensor& last, bool reverse, const Dims& d,
+                cudaStream_t stream) {
   const int64_t BH = int64_t(d.B) * d.H, KV4 = int64_t(d.K) * d.V / 4, n = BH * KV4;
-  if (n == 0 || d.NC == 0) return;
+  if (n == 0) return;
   constexpr int kScanThreads = 256;
   const unsigned blocks = unsigned((n + kScanThreads - 1) / kScanThreads);
+  const float* in = init.defined() ? init.data<float>() : nullptr;
+  float* out = last.defined() ? last.data<float>() : nullptr;
   if (reverse)
-    state_scan_kernel<true><<<blocks, kScanThreads, 0, stream>>>(states.data(), Glast.data<float>(), BH, d.NC, KV4);
+    state_scan_kernel<true><<<blocks, kScanThreads, 0, stream>>>(bp_mut(states), Glast.data<float>(), in, out, BH, d.NC,
+                                                                 KV4);
   else
-    state_scan_kernel<false><<<blocks, kScanThreads, 0, stream>>>(states.data(), Glast.data<float>(), BH, d.NC, KV4);
+    state_scan_kernel<false><<<blocks, kScanThreads, 0, stream>>>(bp_mut(states), Glast.data<float>(), in, out, BH,
+                                                                  d.NC, KV4);
   HYB_CUDA_LAUNCH_CHECK("simple_gla state_scan_kernel", blocks, kScanThreads, 0);
 }
 
@@ -474,18 +501,13 @@ Gates run_gates(const Tensor& g, const Dims& d, Device dev, cudaStream_t stream)
   return r;
 }
 
-struct Scan {
-  Gates gates;
-  ChunkBuffer states;  // slot c = S_c, slot NC = S_T
-};
-
-Scan run_scan(const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& S0, const ChunkDims& cd, const Dims& d,
-              cudaStream_t stream) {
-  Scan s{run_gates(g, d, cd.device, stream), ChunkBuffer(cd, cd.NC + 1, d.K, d.V)};
-  chunk_slot_load(s.states, 0, S0);
-  launch_outer(k, d.hpg, v, s.gates.kd.data<float>(), s.states, 1, 1.f, d, stream);
-  state_scan(s.states, s.gates.Glast, false, d, stream);
-  return s;
+// The forward's states: slot c = S_c (slot NC = S_T); S_T in f32 into final when defined.
+Tensor run_states(const Tensor& k, const Tensor& v, const Gates& gates, const Tensor& S0, Tensor& final,
+                  const Dims& d, Device dev, cudaStream_t stream) {
+  Tensor states = state_slots(d, dev);
+  launch_outer(k, d.hpg, v, gates.kd.data<float>(), states, 1, 1.f, d, stream);
+  state_scan(states, gates.Glast, S0, final, false, d, stream);
+  return states;
 }
 
 }  // namespace
@@ -508,28 +530,28 @@ bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& 
 }
 
 SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g0,
-                                          const Tensor& S00, double scale) {
+                                          const Tensor& S00, double scale, Tensor* keep_states) {
   const SimpleGlaDims sd = simple_gla_dims("simple_gla_forward", q0, k0, v0, g0, S00);
   const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0);
   const Tensor g = g0.contiguous(), S0 = S00.defined() ? S00.contiguous() : Tensor();
   const Device dev = q.device();
-  const ChunkDims cd = chunk_dims(sd.B, sd.T, sd.H, dev);
-  const Dims d = dims_of(sd, cd);
+  const Dims d = dims_of(sd, chunk_dims(sd.B, sd.T, sd.H, dev));
   cudaStream_t stream = current_stream(dev.index);
   SimpleGlaOutputs r{Tensor::empty({sd.B, sd.T, sd.H, sd.V}, q.dtype(), dev),
                      Tensor::empty({sd.B, sd.H, sd.K, sd.V}, DType::f32, dev)};
-  const Scan s = run_scan(k, v, g, S0, cd, d, stream);
+  const Gates gates = run_gates(g, d, dev, stream);
+  const Tensor states = run_states(k, v, gates, S0, r.final_state, d, dev, stream);
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
     const size_t smem = forward_smem<KT, VT>();
     set_smem(forward_kernel<KT, VT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.H));
-    forward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(q), bp(k), bp(v), s.gates.G.data<float>(),
-                                                              s.gates.gam.data<float>(), s.states.data(), bp_mut(r.o),
+    forward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(q), bp(k), bp(v), gates.G.data<float>(),
+                                                              gates.gam.data<float>(), bp(states), bp_mut(r.o),
                                                               float(scale), d);
     HYB_CUDA_LAUNCH_CHECK("simple_gla forward_kernel", grid, kThreads, smem);
   });
-  chunk_slot_store(r.final_state, s.states, cd.NC);
+  if (keep_states) *keep_states = states;
   return r;
 }
 
@@ -541,8 +563,7 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
   const Tensor dfinal = dfinal0.defined() ? dfinal0.contiguous() : Tensor();
   const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(sd.K));
   const Device dev = sv.q.device();
-  const ChunkDims cd = chunk_dims(sd.B, sd.T, sd.H, dev);
-  const Dims d = dims_of(sd, cd);
+  const Dims d = dims_of(sd, chunk_dims(sd.B, sd.T, sd.H, dev));
   cudaStream_t stream = current_stream(dev.index);
   SimpleGlaGrads out;
   // dg needs dQ_h and dK_h, which the kernel forms whether or not dq and dk are written.
@@ -550,17 +571,20 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
   if (needed[1]) out.dk = Tensor::empty(sv.k.shape(), DType::bf16, dev);
   if (needed[2]) out.dv = Tensor::empty(sv.v.shape(), DType::bf16, dev);
   if (needed[3]) out.dg = Tensor::empty(g.shape(), DType::f32, dev);
-  const Scan s = run_scan(k, v, g, S0, cd, d, stream);  // B1
+  if (needed[4] && S0.defined()) out.dS0 = Tensor::empty(S0.shape(), DType::f32, dev);
+  const Gates gates = run_gates(g, d, dev, stream);  // B1
+  Tensor no_final;
+  const Tensor states = sv.chunk_states.defined() ? sv.chunk_states : run_states(k, v, gates, S0, no_final, d, dev, stream);
+  HYB_ASSERT(states.shape() == Shape({int64_t(d.B) * d.H, int64_t(d.NC) + 1, sd.K, sd.V}) && states.dtype() == DType::bf16,
+             "simple_gla_backward: the kept chunk states are ", states.str(), ", not this op's");
 
-  ChunkBuffer D(cd, cd.NC + 1, d.K, d.V);  // B2: afterwards slot c + 1 = D_c, slot 0 = dS0
-  launch_outer(q, d.hpg, dout, s.gates.gam.data<float>(), D, 0, float(scale), d, stream);
-  chunk_slot_load(D, cd.NC, dfinal);
-  state_scan(D, s.gates.Glast, true, d, stream);
+  Tensor D = state_slots(d, dev);  // B2: afterwards slot c + 1 = D_c
+  launch_outer(q, d.hpg, dout, gates.gam.data<float>(), D, 0, float(scale), d, stream);
+  state_scan(D, gates.Glast, dfinal, out.dS0, true, d, stream);
 
   if (needed[0] || needed[1] || needed[2] || needed[3]) {
-    BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), s.gates.G.data<float>(), s.gates.gam.data<float>(),
-                   s.gates.kd.data<float>(),
-                   s.states.data(), D.data(), bp_mut(out.dq), bp_mut(out.dk), bp_mut(out.dv),
+    BackwardArgs a{bp(q), bp(k), bp(v), bp(dout), gates.G.data<float>(), gates.gam.data<float>(),
+                   gates.kd.data<float>(), bp(states), bp(D), bp_mut(out.dq), bp_mut(out.dk), bp_mut(out.dv),
                    out.dg.defined() ? out.dg.data<float>() : nullptr, float(scale)};
     visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
       constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
@@ -570,10 +594,6 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
       backward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("simple_gla backward_kernel", grid, kThreads, smem);
     });
-  }
-  if (needed[4] && S0.defined()) {
-    out.dS0 = Tensor::empty(S0.shape(), DType::f32, dev);
-    chunk_slot_store(out.dS0, D, 0);
   }
   return out;
 }

@@ -48,15 +48,17 @@ SimpleGlaOutputs simple_gla_forward(const Tensor& q, const Tensor& k, const Tens
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
   if (q.is_cuda()) {
     HYB_CHECK(q.dtype() != DType::f64, "simple_gla_forward: the CUDA path computes on f32 or bf16, got f64");
+    Tensor kept;
 #if HYBRID_CUDA
     SimpleGlaOutputs r = d.T == 1 ? simple_gla_decode_cuda(q, k, v, g, S0, scale)
                          : simple_gla_fused_supported(q, k, v, d.T, d.K, d.V, d.heads_per_group)
-                             ? simple_gla_forward_fused(q, k, v, g, S0, scale)
+                             ? simple_gla_forward_fused(q, k, v, g, S0, scale,
+                                                        saved && p.save_chunk_states ? &kept : nullptr)
                              : simple_gla_forward_kernels(q, k, v, g, S0, scale);
 #else
     SimpleGlaOutputs r = simple_gla_forward_kernels(q, k, v, g, S0, scale);
 #endif
-    if (saved) *saved = {q, k, v, g, S0, p};
+    if (saved) *saved = {q, k, v, g, S0, p, kept};
     return r;
   }
   SimpleGlaOutputs r = p.chunk_size > 0 ? simple_gla_chunked_forward_cpu(q, k, v, g, S0, scale, p.chunk_size)

@@ -16,6 +16,9 @@ namespace hyb {
 struct SimpleGlaParams {
   std::optional<double> scale;  // unset -> 1/sqrt(K); Mamba2 uses 1
   int64_t chunk_size = 0;       // 0: the recurrent form; C > 0: the chunked form with chunks of C tokens
+  // The fused CUDA path keeps the forward's bf16 chunk-start states for the backward (B H (T / 64 + 1)
+  // K V bf16, 67 MB a layer at B T = 32768, 16 heads of 64 x 64) instead of computing them again.
+  bool save_chunk_states = true;
 };
 
 struct SimpleGlaDims {
@@ -36,8 +39,9 @@ struct SimpleGlaSaved {  // exactly what simple_gla_backward reads
   Tensor g;              // (B, T, H)
   Tensor S0;             // (B, H, K, V) or undefined (zeros)
   SimpleGlaParams params;
-  // Not saved: the states S_t, T x K x V per head. The recurrent backward recomputes them from
-  // checkpoints every kSimpleGlaCheckpoint tokens, the chunked one from the chunk-start states.
+  Tensor chunk_states;  // the fused CUDA path's chunk-start states with params.save_chunk_states, else undefined
+  // Not saved otherwise: the states S_t, T x K x V per head. The recurrent backward recomputes them
+  // from checkpoints every kSimpleGlaCheckpoint tokens, the chunked ones from the chunk-start states.
 };
 
 struct SimpleGlaGrads {
@@ -78,11 +82,12 @@ SimpleGlaGrads simple_gla_backward_kernels(const SimpleGlaSaved& s, const Tensor
 // The fused bf16 CUDA path (simple_gla_cuda.cu): tensor-core kernels per chunk of 64 tokens, taken
 // when supported says so (bf16 on CUDA, K and V <= 128 and multiples of 8, and the shared-memory
 // tiles fit); otherwise the toolkit sequence above runs. HYBRID_SIMPLE_GLA_FUSED=0 in the environment
-// turns the fused path off.
+// turns the fused path off. keep_states, when not null, gets the chunk-start states the backward reads
+// from SimpleGlaSaved::chunk_states.
 bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
                                 int64_t heads_per_group);
 SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                          const Tensor& S0, double scale);
+                                          const Tensor& S0, double scale, Tensor* keep_states);
 SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& s, const Tensor& dout, const Tensor& dfinal,
                                          GradMask needed);
 // The one-token forward on CUDA (simple_gla_decode.cu): one kernel on the state, the decode step.

@@ -22,10 +22,12 @@ std::vector<Tensor> gla_inputs(int64_t B, int64_t T, int64_t Gq, int64_t H, int6
   return in;
 }
 
-// o and the final state of q, k, v, g and (with s0) S0, at scale 0.3.
-std::vector<Var> gla_outputs(const std::vector<Var>& x, bool s0) {
+// o and the final state of q, k, v, g and (with s0) S0, at scale 0.3; keep: the fused path's backward
+// reads the forward's chunk states instead of computing them again.
+std::vector<Var> gla_outputs(const std::vector<Var>& x, bool s0, bool keep = true) {
   SimpleGlaParams p;
   p.scale = 0.3;
+  p.save_chunk_states = keep;
   SimpleGlaVars y = simple_gla(x[0], x[1], x[2], state_dtype(x[3], x[0]), s0 ? state_dtype(x[4], x[0]) : Var(), p);
   return {y.o, y.final_state};
 }
@@ -59,12 +61,13 @@ TEST_CASE("simple_gla bf16 on cuda takes the fused tensor-core kernels and match
   // several heads per q/k group (the group sums of dq, dk), several chunks with a partial last one.
   struct Case {
     int64_t B, T, Gq, H, K, V;
-    bool s0;
+    bool s0, keep = true;
   };
   for (const Case& c : {Case{2, 200, 2, 2, 64, 64, true}, Case{1, 150, 1, 4, 128, 64, true}, Case{2, 129, 2, 4, 64, 128, false},
-                        Case{1, 97, 1, 2, 128, 128, true}, Case{1, 64, 4, 4, 32, 16, true}, Case{2, 2, 1, 1, 8, 8, true}}) {
+                        Case{1, 97, 1, 2, 128, 128, true}, Case{1, 64, 4, 4, 32, 16, true}, Case{2, 2, 1, 1, 8, 8, true},
+                        Case{2, 200, 2, 4, 64, 64, true, false}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Gq " << c.Gq << " H " << c.H << " K " << c.K << " V " << c.V
-                         << (c.s0 ? " S0" : "")) {
+                         << (c.s0 ? " S0" : "") << (c.keep ? "" : ", states computed again in the backward")) {
 #if HYBRID_CUDA  // the fused kernels exist only in a CUDA build; the [gpu] tests run only there
       const Tensor probe = Tensor::zeros({c.B, c.T, c.Gq, c.K}, DType::bf16, Device::cuda(0));
       const Tensor vprobe = Tensor::zeros({c.B, c.T, c.H, c.V}, DType::bf16, Device::cuda(0));
@@ -73,7 +76,7 @@ TEST_CASE("simple_gla bf16 on cuda takes the fused tensor-core kernels and match
       const std::vector<Tensor> in = gla_inputs(c.B, c.T, c.Gq, c.H, c.K, c.V, c.s0, 11);
       ParityOptions opt;
       opt.f32 = false;  // f32 runs the toolkit sequence, checked by the case above
-      auto r = cuda_parity([&](const std::vector<Var>& x) { return gla_outputs(x, c.s0); }, in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return gla_outputs(x, c.s0, c.keep); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
