@@ -468,11 +468,16 @@ GatedRmsNormGrads gated_rmsnorm_backward_cuda(const GatedRmsNormSaved& s, const 
       HYB_CUDA_LAUNCH_CHECK("column_sum_kernel (gated_rmsnorm dw)", column_sum_blocks(wn), column_sum_threads(partial_rows), 0);
     };
     // The row-group kernel's stages need up to 72 KiB (4096 channels in bf16); a GPU with less shared
-    // memory a block takes the warp kernel instead.
-    const dim3 block = row_group_block(Gs, P, kRowGroupThreads);
-    const size_t rows_smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, Gs);
-    if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P &&
-        rows_smem <= cuda_device_props(dev).smem_per_block_optin) {
+    // memory a block takes the warp kernel instead. Sized only for the widths it may take: a group of
+    // fewer than P channels has no row-group block.
+    dim3 block;
+    size_t rows_smem = 0;
+    auto rows_fit = [&] {
+      block = row_group_block(Gs, P, kRowGroupThreads);
+      rows_smem = rows_backward_smem<T>(block, kBwdRowsPerSlot, kBwdStages, Gs);
+      return rows_smem <= cuda_device_props(dev).smem_per_block_optin;
+    };
+    if (packed && Gs > kWarpSize * P && Gs <= kMaxRowThreads * P && rows_fit()) {
       auto kernel = gate_first ? gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, true>
                                : gated_rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages, false>;
       HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(rows_smem)));

@@ -511,14 +511,20 @@ RmsNormGrads rmsnorm_backward_cuda(const RmsNormSaved& s, const Tensor& dy0, Gra
     const size_t cached_smem = needed[1] ? row_bytes : 0;
     const dim3 warps8(8 * kWarpSize);
     // The row-group kernel's stages need up to 144 KiB (d_model 4096 in bf16); a GPU with less shared
-    // memory a block takes the warp kernel instead.
-    const dim3 group_block = row_group_block(C, P, kRowGroupThreads);
-    const size_t group_smem = rows_backward_smem<T>(group_block, kBwdRowsPerSlot, kBwdStages, C, needed[1]);
+    // memory a block takes the warp kernel instead. Sized only for the widths it may take: a row of
+    // fewer than P elements has no row-group block.
+    dim3 group_block;
+    size_t group_smem = 0;
+    auto group_fits = [&] {
+      group_block = row_group_block(C, P, kRowGroupThreads);
+      group_smem = rows_backward_smem<T>(group_block, kBwdRowsPerSlot, kBwdStages, C, needed[1]);
+      return group_smem <= cuda_device_props(dev).smem_per_block_optin;
+    };
     if (packed && C <= kWarpSize * P) {
       launch(rmsnorm_backward_cached_kernel<T, P, 1>, warps8, 8, cached_smem);
     } else if (packed && C <= 2 * kWarpSize * P) {
       launch(rmsnorm_backward_cached_kernel<T, P, 2>, warps8, 8, cached_smem);
-    } else if (packed && C <= kMaxRowThreads * P && group_smem <= cuda_device_props(dev).smem_per_block_optin) {
+    } else if (packed && C <= kMaxRowThreads * P && group_fits()) {
       auto kernel = rmsnorm_backward_rows_kernel<T, P, kBwdRowsPerSlot, kBwdStages>;
       HYB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(group_smem)));
       launch(kernel, group_block, int(group_block.y) * kBwdRowsPerSlot, group_smem);
