@@ -55,11 +55,15 @@ using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
+// The backward kernel's warps: warp w takes rows [16 (w % 4), +16) and column half w / 4 of each
+// product, so an SM holds twice the warps to hide the latency of its eight dependent products.
+constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps;
 constexpr int kLdP = kC + 8;  // row stride of the 64 x 64 score tiles
 
 // The chunk's gates (B, H, NC, 64) into shared memory.
+template <int NTHREADS = kThreads>
 __device__ __forceinline__ void load_vec(float* s, const float* src) {
-  for (int x = threadIdx.x; x < kC; x += kThreads) s[x] = src[x];
+  for (int x = threadIdx.x; x < kC; x += NTHREADS) s[x] = src[x];
 }
 
 struct Dims {
@@ -138,23 +142,23 @@ __global__ void __launch_bounds__(256) state_scan_kernel(bf16x* __restrict__ sta
 // Starts the copy of rows [t0, t0 + ROWS) of a bf16 matrix (row_stride apart, T rows, D columns) into
 // a [ROWS][DT + 8] tile, zero outside; complete after cp_async_commit and cp_async_wait. All of a
 // kernel's tiles are in flight at once, where load_rows waits for each in turn.
-template <int ROWS, int DT>
+template <int ROWS, int DT, int NTHREADS = kThreads>
 __device__ __forceinline__ void load_async(bf16x* s, const bf16x* src, int64_t row_stride, int t0, int T, int D) {
-  flash::load_tile<ROWS, DT, kThreads, true>(s, src, row_stride, t0, T, D, threadIdx.x);
+  flash::load_tile<ROWS, DT, NTHREADS, true>(s, src, row_stride, t0, T, D, threadIdx.x);
 }
 
 // The bf16 (K, V) state of one slot into a [KT][VT + 8] tile, zero outside K x V (asynchronous).
-template <int KT, int VT>
+template <int KT, int VT, int NTHREADS = kThreads>
 __device__ __forceinline__ void load_state(bf16x* s, const bf16x* slot, const Dims& d) {
-  load_async<KT, VT>(s, slot, d.V, 0, d.K, d.V);
+  load_async<KT, VT, NTHREADS>(s, slot, d.V, 0, d.K, d.V);
 }
 
 // This thread's part of sum(slot .* tile) over K x V, slot a bf16 (K, V) state in global memory and
-// tile a state loaded by load_state.
-template <int KT, int VT>
+// tile a state loaded by load_state; NTHREADS threads take part.
+template <int KT, int VT, int NTHREADS>
 __device__ __forceinline__ float state_dot(const bf16x* slot, const bf16x* tile, const Dims& d) {
   float dot = 0.f;
-  for (int x = threadIdx.x; x < d.K * (d.V / 8); x += kThreads) {
+  for (int x = threadIdx.x; x < d.K * (d.V / 8); x += NTHREADS) {
     const int r = x / (d.V / 8), c8 = (x % (d.V / 8)) * 8;
     const uint4 gv = *reinterpret_cast<const uint4*>(slot + int64_t(r) * d.V + c8);
     const uint4 tv = *reinterpret_cast<const uint4*>(tile + r * (VT + 8) + c8);
@@ -259,16 +263,18 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
     }
 }
 
-// Adds this head's dQ_h or dK_h (acc) to the group sum: kept in fragment order in sum (fp32 smem)
-// between heads, written to dst (B, T, Gq, K) bf16 at the group's last head.
-template <int KT>
-__device__ __forceinline__ void group_accumulate(const float (&acc)[1][KT / 8][4], float* sum, bool first, bool last,
-                                                 bf16x* dst, int64_t row_stride, int t0, Dims d, int m0, int lane) {
+// Adds this head's dQ_h or dK_h (acc: the warp's rows, columns n0 ..) to the group sum: kept in
+// fragment order in sum (fp32 smem) between heads, written to dst (B, T, Gq, K) bf16 at the group's
+// last head.
+template <int NT>
+__device__ __forceinline__ void group_accumulate(const float (&acc)[1][NT][4], float* sum, bool first, bool last,
+                                                 bf16x* dst, int64_t row_stride, int t0, Dims d, int m0, int n0,
+                                                 int lane) {
   const int warp = threadIdx.x / 32;
 #pragma unroll
-  for (int ni = 0; ni < KT / 8; ++ni) {
+  for (int ni = 0; ni < NT; ++ni) {
     float4 s = make_float4(acc[0][ni][0], acc[0][ni][1], acc[0][ni][2], acc[0][ni][3]);
-    float4* slot = reinterpret_cast<float4*>(sum) + (warp * (KT / 8) + ni) * 32 + lane;
+    float4* slot = reinterpret_cast<float4*>(sum) + (warp * NT + ni) * 32 + lane;
     if (!first) {
       const float4 p = *slot;
       s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
@@ -278,7 +284,7 @@ __device__ __forceinline__ void group_accumulate(const float (&acc)[1][KT / 8][4
       continue;
     }
     if (!dst) continue;
-    const int col = ni * 8 + frag_col(lane, 0);
+    const int col = n0 + ni * 8 + frag_col(lane, 0);
     const int r0 = m0 + frag_row(lane, 0), r1 = m0 + frag_row(lane, 2);
     if (col < d.K) {
       if (t0 + r0 < d.T) *reinterpret_cast<uint32_t*>(dst + int64_t(t0 + r0) * row_stride + col) = pack_bf16(s.x, s.y);
@@ -297,9 +303,17 @@ struct BackwardArgs {
   float scale;
 };
 
-// B3 of mamba2.md 4.3 for one chunk of one q/k group, over the group's heads in order. Grid (NC, B Gq).
+// B3 of mamba2.md 4.3 for one chunk of one q/k group, over the group's heads in order. Grid (NC, B Gq),
+// kBwdThreads. Warp w: rows m0 = 16 (w % 4), columns [half * width / 2, +width / 2) of every product
+// (half = w / 4); the row dots for dG are summed over both halves in shared memory.
+// The blocks an SM holds at the tiles' shared memory (75, 108 and 157 KiB), so that the register
+// budget matches them: at 64 x 64, 80 registers and a 32-byte spill for three blocks of 8 warps.
 template <int KT, int VT>
-__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims d) {
+constexpr int kBwdBlocksPerSm = KT + VT == 128 ? 3 : KT + VT == 192 ? 2 : 1;
+
+template <int KT, int VT>
+__global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm<KT, VT>) backward_kernel(BackwardArgs a, Dims d) {
+  constexpr int NTC = kC / 16, NTK = KT / 16, NTV = VT / 16;  // n-tiles a warp holds, per product width
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
@@ -312,93 +326,96 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
   float* sG = reinterpret_cast<float*>(sdP + kC * kLdP);
   float* sGam = sG + kC;
   float* sKd = sGam + kC;
-  float* sDg = sKd + kC;
-  float* sRed = sDg + kC;                        // kWarps (+ pad to 16 bytes)
-  float* sSumQ = sRed + 4;                       // [kWarps][KT / 8][32][4] when hpg > 1
-  float* sSumK = sSumQ + kWarps * KT * 16;
+  float* sDg = sKd + kC;                         // [2][64]: the row dots of each column half
+  float* sRed = sDg + 2 * kC;                    // [kBwdWarps]
+  float* sSumQ = sRed + kBwdWarps;               // [kBwdWarps][NTK][32][4] when hpg > 1
+  float* sSumK = sSumQ + kBwdWarps * NTK * 128;
   const int c = blockIdx.x, bg = blockIdx.y, b = bg / d.Gq, grp = bg % d.Gq, t0 = c * kC;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
+  const int nc0 = half * (kC / 2), nk0 = half * (KT / 2), nv0 = half * (VT / 2);  // the warp's first columns
   const int64_t qk_row = int64_t(d.Gq) * d.K, v_row = int64_t(d.H) * d.V;
   const int64_t qk_off = (int64_t(b) * d.T * d.Gq + grp) * d.K;
-  load_async<kC, KT>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K);
-  load_async<kC, KT>(sK, a.k + qk_off, qk_row, t0, d.T, d.K);
+  load_async<kC, KT, kBwdThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K);
+  load_async<kC, KT, kBwdThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K);
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
   for (int hi = 0; hi < d.hpg; ++hi) {
     const int h = grp * d.hpg + hi, bh = b * d.H + h;
     const int64_t z = int64_t(bh) * d.NC + c;
     const int64_t KV = int64_t(d.K) * d.V;
     __syncthreads();  // the previous head is done with every tile
-    load_async<kC, VT>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
-    load_async<kC, VT>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
+    load_async<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
+    load_async<kC, VT, kBwdThreads>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
     const bf16x* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
-    load_state<KT, VT>(sS, Sc, d);
-    load_state<KT, VT>(sD, a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV, d);
+    load_state<KT, VT, kBwdThreads>(sS, Sc, d);
+    load_state<KT, VT, kBwdThreads>(sD, a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV, d);
     flash::cp_async_commit();
-    load_vec(sG, a.G + z * kC);
-    load_vec(sGam, a.gam + z * kC);
-    load_vec(sKd, a.kd + z * kC);
+    load_vec<kBwdThreads>(sG, a.G + z * kC);
+    load_vec<kBwdThreads>(sGam, a.gam + z * kC);
+    load_vec<kBwdThreads>(sKd, a.kd + z * kC);
     flash::cp_async_wait<0>();
     __syncthreads();
     // <S_{c+1}, D_c> for the last row of dG, summed in fp32.
-    const float inner = a.dg ? block_sum<kWarps>(state_dot<KT, VT>(Sc + KV, sD, d), sRed) : 0.f;
+    const float inner = a.dg ? block_sum<kBwdWarps>(state_dot<KT, VT, kBwdThreads>(Sc + KV, sD, d), sRed) : 0.f;
 
-    {  // dP and P of the warp's rows (Q @ K^T is recomputed per head: holding it costs occupancy)
-      float x[1][kC / 8][4];
+    {  // dP and P of the warp's rows and columns (Q @ K^T is recomputed per head: holding it costs
+       // occupancy); a column half wholly above the diagonal is zero
+      float x[1][NTC][4];
+      const bool live = nc0 <= m0 + 15;
       zero(x);
-      warp_mma<1, kC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
-      store_masked(sdP, kLdP, x, sG, a.scale, m0, 0, lane);
+      if (live) warp_mma<1, NTC, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, nc0, lane);
+      store_masked(sdP, kLdP, x, sG, a.scale, m0, nc0, lane);
       zero(x);
-      warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-      store_masked(sP, kLdP, x, sG, a.scale, m0, 0, lane);
+      if (live) warp_mma<1, NTC, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, nc0, lane);
+      store_masked(sP, kLdP, x, sG, a.scale, m0, nc0, lane);
     }
     __syncthreads();  // dP^T and P^T read every row
 
     float dg_rows[2] = {0.f, 0.f};
     {  // dQ_h = scale gam .* (dO @ S^T) + dP @ K
-      float acc[1][KT / 8][4];
+      float acc[1][NTK][4];
       zero(acc);
-      warp_mma<1, KT / 8, VT, false, true>(acc, sDO, VT + 8, m0, sS, VT + 8, 0, lane);
+      warp_mma<1, NTK, VT, false, true>(acc, sDO, VT + 8, m0, sS, VT + 8, nk0, lane);
 #pragma unroll
-      for (int ni = 0; ni < KT / 8; ++ni)
+      for (int ni = 0; ni < NTK; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= a.scale * sGam[m0 + frag_row(lane, e)];
-      warp_mma<1, KT / 8, kC, false, false>(acc, sdP, kLdP, m0, sK, KT + 8, 0, lane);
+      warp_mma<1, NTK, kC, false, false>(acc, sdP, kLdP, m0, sK, KT + 8, nk0, lane);
       float rd[2];
-      rowdot<KT / 8>(rd, acc, sQ, KT + 8, m0, lane);
+      rowdot<NTK>(rd, acc, sQ + nk0, KT + 8, m0, lane);
       dg_rows[0] += rd[0], dg_rows[1] += rd[1];
-      group_accumulate<KT>(acc, sSumQ, hi == 0, hi == d.hpg - 1, a.dq ? a.dq + qk_off : nullptr, qk_row, t0, d, m0,
-                           lane);
+      group_accumulate<NTK>(acc, sSumQ, hi == 0, hi == d.hpg - 1, a.dq ? a.dq + qk_off : nullptr, qk_row, t0, d, m0,
+                            nk0, lane);
     }
     {  // dK_h = kd .* (V @ D^T) + dP^T @ Q
-      float acc[1][KT / 8][4];
+      float acc[1][NTK][4];
       zero(acc);
-      warp_mma<1, KT / 8, VT, false, true>(acc, sV, VT + 8, m0, sD, VT + 8, 0, lane);
+      warp_mma<1, NTK, VT, false, true>(acc, sV, VT + 8, m0, sD, VT + 8, nk0, lane);
 #pragma unroll
-      for (int ni = 0; ni < KT / 8; ++ni)
+      for (int ni = 0; ni < NTK; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
-      warp_mma<1, KT / 8, kC, true, false>(acc, sdP, kLdP, m0, sQ, KT + 8, 0, lane);
+      warp_mma<1, NTK, kC, true, false>(acc, sdP, kLdP, m0, sQ, KT + 8, nk0, lane);
       float rd[2];
-      rowdot<KT / 8>(rd, acc, sK, KT + 8, m0, lane);
+      rowdot<NTK>(rd, acc, sK + nk0, KT + 8, m0, lane);
       dg_rows[0] -= rd[0], dg_rows[1] -= rd[1];
-      group_accumulate<KT>(acc, sSumK, hi == 0, hi == d.hpg - 1, a.dk ? a.dk + qk_off : nullptr, qk_row, t0, d, m0,
-                           lane);
+      group_accumulate<NTK>(acc, sSumK, hi == 0, hi == d.hpg - 1, a.dk ? a.dk + qk_off : nullptr, qk_row, t0, d, m0,
+                            nk0, lane);
     }
     if (a.dv) {  // dV_h = kd .* (K @ D) + P^T @ dO
-      float acc[1][VT / 8][4];
+      float acc[1][NTV][4];
       zero(acc);
-      warp_mma<1, VT / 8, KT, false, false>(acc, sK, KT + 8, m0, sD, VT + 8, 0, lane);
+      warp_mma<1, NTV, KT, false, false>(acc, sK, KT + 8, m0, sD, VT + 8, nv0, lane);
 #pragma unroll
-      for (int ni = 0; ni < VT / 8; ++ni)
+      for (int ni = 0; ni < NTV; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
-      warp_mma<1, VT / 8, kC, true, false>(acc, sP, kLdP, m0, sDO, VT + 8, 0, lane);
+      warp_mma<1, NTV, kC, true, false>(acc, sP, kLdP, m0, sDO, VT + 8, nv0, lane);
       bf16x* dvb = a.dv + (int64_t(b) * d.T * d.H + h) * d.V;
 #pragma unroll
-      for (int ni = 0; ni < VT / 8; ++ni)
+      for (int ni = 0; ni < NTV; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
-          const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+          const int r = m0 + frag_row(lane, e), col = nv0 + ni * 8 + frag_col(lane, e);
           if (t0 + r < d.T && col < d.V)
             *reinterpret_cast<uint32_t*>(dvb + int64_t(t0 + r) * v_row + col) =
                 pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
@@ -407,13 +424,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs a, Dims
     if (a.dg) {
       if (lane % 4 == 0) {
         const int r0 = m0 + lane / 4;
-        sDg[r0] = dg_rows[0] + (r0 == n - 1 ? inner : 0.f);
-        sDg[r0 + 8] = dg_rows[1] + (r0 + 8 == n - 1 ? inner : 0.f);
+        const bool add_inner = half == 0;
+        sDg[half * kC + r0] = dg_rows[0] + (add_inner && r0 == n - 1 ? inner : 0.f);
+        sDg[half * kC + r0 + 8] = dg_rows[1] + (add_inner && r0 + 8 == n - 1 ? inner : 0.f);
       }
       __syncthreads();
       if (warp == 0) {  // reverse cumsum over the valid tokens: lane l holds rows 63 - 2l and 62 - 2l
         const int ra = kC - 1 - 2 * lane, rb = ra - 1;
-        const float xa = ra < n ? sDg[ra] : 0.f, xb = rb < n ? sDg[rb] : 0.f;
+        const float xa = ra < n ? sDg[ra] + sDg[kC + ra] : 0.f, xb = rb < n ? sDg[rb] + sDg[kC + rb] : 0.f;
         float s = xa + xb;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -440,8 +458,8 @@ size_t outer_smem() {
 template <int KT, int VT>
 size_t backward_smem(int hpg) {
   const size_t tiles = size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * KT * (VT + 8) + 2 * kC * kLdP) * 2;
-  const size_t vecs = (4 * kC + 4) * sizeof(float);
-  return tiles + vecs + (hpg > 1 ? size_t(2) * kWarps * KT * 16 * sizeof(float) : 0);
+  const size_t vecs = (5 * kC + kBwdWarps) * sizeof(float);
+  return tiles + vecs + (hpg > 1 ? size_t(2) * kBwdWarps * (KT / 16) * 128 * sizeof(float) : 0);
 }
 
 Dims dims_of(const SimpleGlaDims& sd, const ChunkDims& cd) {
@@ -591,8 +609,8 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
       const size_t smem = backward_smem<KT, VT>(d.hpg);
       set_smem(backward_kernel<KT, VT>, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Gq));
-      backward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("simple_gla backward_kernel", grid, kThreads, smem);
+      backward_kernel<KT, VT><<<grid, kBwdThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("simple_gla backward_kernel", grid, kBwdThreads, smem);
     });
   }
   return out;
