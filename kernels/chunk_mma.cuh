@@ -67,6 +67,17 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const bf16x* A
   }
 }
 
+// acc += A @ B over the reduction rows [k_begin, k_end) only (multiples of 16, at run time): products
+// with a causal operand (a masked score tile, a triangular inverse) skip the 16-wide steps where it
+// is zero, which gives the same bits.
+template <int MT, int NT, bool kA_T, bool kB_T>
+__device__ __forceinline__ void warp_mma_range(float (&acc)[MT][NT][4], const bf16x* A, int lda, int m0, const bf16x* B,
+                                               int ldb, int n0, int k_begin, int k_end, int lane) {
+  for (int k = k_begin; k < k_end; k += 16)
+    warp_mma<MT, NT, 16, kA_T, kB_T>(acc, kA_T ? A + k * lda : A + k, lda, m0, kB_T ? B + k : B + k * ldb, ldb, n0,
+                                     lane);
+}
+
 template <int MT, int NT>
 __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 #pragma unroll

@@ -37,6 +37,7 @@ using chunk_mma::pack_bf16;
 using chunk_mma::rowdot;
 using chunk_mma::set_smem;
 using chunk_mma::store_masked;
+using chunk_mma::warp_mma_range;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
@@ -355,6 +356,10 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   }
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
   float rowB[2] = {0.f, 0.f}, rowG[2] = {0.f, 0.f};  // this warp's parts of dbeta, dG for rows r0, r0 + 8
+  // Causal skips, the same bits: products whose 64-wide output the mask (j <= i or j < i) zeroes for
+  // every row of the warp are not formed (`live`), and products with dP, P or the unit lower Ainv^T
+  // as an operand reduce only over the 16-wide steps where it is not zero.
+  const bool live = n0 <= m0 + 15;
   // Pass 1: dP, dU @ V^T, X2.
   float accP[1][4][4], accAv[1][4][4];
   zero(accP);
@@ -366,12 +371,14 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
       flash::cp_async_wait<0>();
       __syncthreads();
     }
-    warp_mma<1, 4, kC, false, true>(accP, sDO, kLd64, m0, sU, kLd64, n0, lane);
-    warp_mma<1, 4, kC, false, true>(accAv, sdU, kLd64, m0, sV, kLd64, n0, lane);
+    if (live) {
+      warp_mma<1, 4, kC, false, true>(accP, sDO, kLd64, m0, sU, kLd64, n0, lane);
+      warp_mma<1, 4, kC, false, true>(accAv, sdU, kLd64, m0, sV, kLd64, n0, lane);
+    }
     float x2[1][4][4];
     zero(x2);
-    warp_mma<1, 4, kC, true, false>(x2, sAhi, kLd64, m0, sdU, kLd64, n0, lane);
-    warp_mma<1, 4, kC, true, false>(x2, sAlo, kLd64, m0, sdU, kLd64, n0, lane);
+    warp_mma_range<1, 4, true, false>(x2, sAhi, kLd64, m0, sdU, kLd64, n0, m0, kC, lane);
+    warp_mma_range<1, 4, true, false>(x2, sAlo, kLd64, m0, sdU, kLd64, n0, m0, kC, lane);
     float rd[2];
     rowdot<4>(rd, x2, sV + n0, kLd64, m0, lane);
     rowB[0] += rd[0], rowB[1] += rd[1];
@@ -437,7 +444,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
     for (int ni = 0; ni < NTK; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) accQ[0][ni][e] *= a.scale * sGam[m0 + frag_row(lane, e)];
-    warp_mma<1, NTK, kC, false, false>(accQ, sdP, kLd64, m0, sK, LDK, k0, lane);
+    warp_mma_range<1, NTK, false, false>(accQ, sdP, kLd64, m0, sK, LDK, k0, 0, m0 + 16, lane);
     float rd[2];
     rowdot<NTK>(rd, accQ, sQ + k0, LDK, m0, lane);
     rowG[0] += rd[0], rowG[1] += rd[1];
@@ -453,7 +460,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
     rowdot<NTK>(rd, accK, sK + k0, LDK, m0, lane);
     if (lane % 4 == 0) inner += rd[0] + rd[1];
   }
-  warp_mma<1, NTK, kC, true, false>(accK, sdP, kLd64, m0, sQ, LDK, k0, lane);
+  warp_mma_range<1, NTK, true, false>(accK, sdP, kLd64, m0, sQ, LDK, k0, m0, kC, lane);
   {
     float rd[2];
     rowdot<NTK>(rd, accK, sK + k0, LDK, m0, lane);
@@ -464,7 +471,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   {  // dA = tril(beta_i (dU @ V^T) + beta_i gam_i (dW @ K^T), -1)
     float t[1][4][4];
     zero(t);
-    warp_mma<1, 4, KT, false, true>(t, sdW, LDK, m0, sK, LDK, n0, lane);
+    if (live) warp_mma<1, 4, KT, false, true>(t, sdW, LDK, m0, sK, LDK, n0, lane);
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
@@ -479,8 +486,8 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   {  // X1 = Ainv^T @ dW: dK += beta gam .* X1; rowdot(K, X1) feeds dbeta (gam) and dG (beta gam)
     float x1[1][NTK][4];
     zero(x1);
-    warp_mma<1, NTK, kC, true, false>(x1, sAhi, kLd64, m0, sdW, LDK, k0, lane);
-    warp_mma<1, NTK, kC, true, false>(x1, sAlo, kLd64, m0, sdW, LDK, k0, lane);
+    warp_mma_range<1, NTK, true, false>(x1, sAhi, kLd64, m0, sdW, LDK, k0, m0, kC, lane);
+    warp_mma_range<1, NTK, true, false>(x1, sAlo, kLd64, m0, sdW, LDK, k0, m0, kC, lane);
     float rd[2];
     rowdot<NTK>(rd, x1, sK + k0, LDK, m0, lane);
 #pragma unroll
@@ -498,8 +505,8 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   {                 // T1 = Ainv^T @ dA
     float t1[1][4][4];
     zero(t1);
-    warp_mma<1, 4, kC, true, false>(t1, sAhi, kLd64, m0, sdA, kLd64, n0, lane);
-    warp_mma<1, 4, kC, true, false>(t1, sAlo, kLd64, m0, sdA, kLd64, n0, lane);
+    warp_mma_range<1, 4, true, false>(t1, sAhi, kLd64, m0, sdA, kLd64, n0, m0, kC, lane);
+    warp_mma_range<1, 4, true, false>(t1, sAlo, kLd64, m0, sdA, kLd64, n0, m0, kC, lane);
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
@@ -513,9 +520,11 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
     float dm[1][4][4], kk[1][4][4];
     zero(dm);
     zero(kk);
-    warp_mma<1, 4, kC, false, true>(dm, sT1, kLd64, m0, sAhi, kLd64, n0, lane);
-    warp_mma<1, 4, kC, false, true>(dm, sT1, kLd64, m0, sAlo, kLd64, n0, lane);
-    warp_mma<1, 4, KT, false, true>(kk, sK, LDK, m0, sK, LDK, n0, lane);
+    if (live) {  // Ainv[i][c] is zero for c > i, and i < n0 + 32
+      warp_mma_range<1, 4, false, true>(dm, sT1, kLd64, m0, sAhi, kLd64, n0, 0, n0 + 32, lane);
+      warp_mma_range<1, 4, false, true>(dm, sT1, kLd64, m0, sAlo, kLd64, n0, 0, n0 + 32, lane);
+      warp_mma<1, 4, KT, false, true>(kk, sK, LDK, m0, sK, LDK, n0, lane);
+    }
     float rb[2] = {0.f, 0.f}, rg[2] = {0.f, 0.f}, colz[4][2];
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)

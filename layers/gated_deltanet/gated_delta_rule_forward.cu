@@ -37,6 +37,7 @@ using chunk_mma::pack_bf16;
 using chunk_mma::set_smem;
 using chunk_mma::store_masked;
 using chunk_mma::warp_mma;
+using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 constexpr int kThreads = 128;  // 4 warps; warp w owns token rows [16w, 16w + 16) (scan: also KT / 4 state rows)
@@ -116,8 +117,9 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   {                                          // W = (Ainv diag(beta gam)) @ K
     float w[1][KT / 8][4];
     zero(w);
-    warp_mma<1, KT / 8, kC, false, false>(w, sAhi, kLd64, m0, sK, KT + 8, 0, lane);
-    warp_mma<1, KT / 8, kC, false, false>(w, sAlo, kLd64, m0, sK, KT + 8, 0, lane);
+    // Ainv is lower triangular: row r reads tokens <= r only (the same bits as the full product)
+    warp_mma_range<1, KT / 8, false, false>(w, sAhi, kLd64, m0, sK, KT + 8, 0, 0, m0 + 16, lane);
+    warp_mma_range<1, KT / 8, false, false>(w, sAlo, kLd64, m0, sK, KT + 8, 0, 0, m0 + 16, lane);
     bf16x* Wc = a.W + z * kC * d.K;
 #pragma unroll
     for (int ni = 0; ni < KT / 8; ++ni)
@@ -140,8 +142,8 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
     __syncthreads();  // the V tile (and, the first time, Ainv diag(beta)) complete
     float u[1][8][4];
     zero(u);
-    warp_mma<1, 8, kC, false, false>(u, sAhi, kLd64, m0, sV, kLd64, 0, lane);
-    warp_mma<1, 8, kC, false, false>(u, sAlo, kLd64, m0, sV, kLd64, 0, lane);
+    warp_mma_range<1, 8, false, false>(u, sAhi, kLd64, m0, sV, kLd64, 0, 0, m0 + 16, lane);
+    warp_mma_range<1, 8, false, false>(u, sAlo, kLd64, m0, sV, kLd64, 0, 0, m0 + 16, lane);
 #pragma unroll
     for (int ni = 0; ni < 8; ++ni)
 #pragma unroll
@@ -414,7 +416,7 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
     for (int ni = 0; ni < 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[0][ni][e] *= a.scale * sGam[m0 + frag_row(lane, e)];
-    warp_mma<1, 8, kC, false, false>(acc, sP, kLd64, m0, sU, kLd64, 0, lane);
+    warp_mma_range<1, 8, false, false>(acc, sP, kLd64, m0, sU, kLd64, 0, 0, m0 + 16, lane);  // keys j <= i
 #pragma unroll
     for (int ni = 0; ni < 8; ++ni)
 #pragma unroll
