@@ -52,7 +52,6 @@ using chunk_mma::set_smem;
 using chunk_mma::store_masked;
 using chunk_mma::visit_tiles;
 using chunk_mma::warp_mma;
-using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
@@ -252,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[0][ni][e] *= scale * sGam[m0 + frag_row(lane, e)];
   __syncwarp();  // the P rows this warp reads are the rows it wrote
-  warp_mma_range<1, VT / 8, false, false>(acc, sP, kLdP, m0, sV, VT + 8, 0, 0, m0 + 16, lane);  // keys j <= i
+  warp_mma<1, VT / 8, kC, false, false>(acc, sP, kLdP, m0, sV, VT + 8, 0, lane);
   bf16x* ob = o + (int64_t(b) * d.T * d.H + h) * d.V;
 #pragma unroll
   for (int ni = 0; ni < VT / 8; ++ni)
@@ -380,7 +379,7 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm<KT, VT>) backward
       for (int ni = 0; ni < NTK; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= a.scale * sGam[m0 + frag_row(lane, e)];
-      warp_mma_range<1, NTK, false, false>(acc, sdP, kLdP, m0, sK, KT + 8, nk0, 0, m0 + 16, lane);  // keys j <= i
+      warp_mma<1, NTK, kC, false, false>(acc, sdP, kLdP, m0, sK, KT + 8, nk0, lane);
       float rd[2];
       rowdot<NTK>(rd, acc, sQ + nk0, KT + 8, m0, lane);
       dg_rows[0] += rd[0], dg_rows[1] += rd[1];
@@ -395,7 +394,7 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm<KT, VT>) backward
       for (int ni = 0; ni < NTK; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
-      warp_mma_range<1, NTK, true, false>(acc, sdP, kLdP, m0, sQ, KT + 8, nk0, m0, kC, lane);  // queries i >= j
+      warp_mma<1, NTK, kC, true, false>(acc, sdP, kLdP, m0, sQ, KT + 8, nk0, lane);
       float rd[2];
       rowdot<NTK>(rd, acc, sK + nk0, KT + 8, m0, lane);
       dg_rows[0] -= rd[0], dg_rows[1] -= rd[1];
@@ -410,7 +409,7 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm<KT, VT>) backward
       for (int ni = 0; ni < NTV; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
-      warp_mma_range<1, NTV, true, false>(acc, sP, kLdP, m0, sDO, VT + 8, nv0, m0, kC, lane);  // queries i >= j
+      warp_mma<1, NTV, kC, true, false>(acc, sP, kLdP, m0, sDO, VT + 8, nv0, lane);
       bf16x* dvb = a.dv + (int64_t(b) * d.T * d.H + h) * d.V;
 #pragma unroll
       for (int ni = 0; ni < NTV; ++ni)
