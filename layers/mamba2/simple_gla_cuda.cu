@@ -55,9 +55,10 @@ using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-// The backward kernel's warps: warp w takes rows [16 (w % 4), +16) and column half w / 4 of each
-// product, so an SM holds twice the warps to hide the latency of its eight dependent products.
-constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps;
+// The forward and backward kernels' warps: warp w takes rows [16 (w % 4), +16) and column half w / 4
+// of each product, so an SM holds twice the warps to hide the latency of the dependent products
+// (measured on the backward: 3 blocks of 8 warps an SM 0.79 ms, 2 blocks 0.87 ms).
+constexpr int kSplitWarps = 8, kSplitThreads = 32 * kSplitWarps;
 constexpr int kLdP = kC + 8;  // row stride of the 64 x 64 score tiles
 
 // The chunk's gates (B, H, NC, 64) into shared memory.
@@ -210,12 +211,15 @@ __global__ void __launch_bounds__(kThreads) outer_kernel(const bf16x* __restrict
       }
 }
 
-// O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V). Grid (NC, B H).
+// O = scale (gam .* (Q @ S_c) + (L .* (Q @ K^T)) @ V). Grid (NC, B H), kSplitThreads.
 template <int KT, int VT>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restrict__ q, const bf16x* __restrict__ k,
-                                                           const bf16x* __restrict__ v, const float* __restrict__ G,
-                                                           const float* __restrict__ gam, const bf16x* __restrict__ states,
-                                                           bf16x* __restrict__ o, float scale, Dims d) {
+constexpr int kFwdBlocksPerSm = KT + VT == 128 ? 4 : KT + VT == 192 ? 3 : 2;  // at 46, 62-72 and 96 KiB
+
+template <int KT, int VT>
+__global__ void __launch_bounds__(kSplitThreads, kFwdBlocksPerSm<KT, VT>) forward_kernel(
+    const bf16x* __restrict__ q, const bf16x* __restrict__ k, const bf16x* __restrict__ v, const float* __restrict__ G,
+    const float* __restrict__ gam, const bf16x* __restrict__ states, bf16x* __restrict__ o, float scale, Dims d) {
+  constexpr int NTC = kC / 16, NTV = VT / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
@@ -227,37 +231,38 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const bf16x* __restri
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, grp = h / d.hpg;
   const int64_t z = int64_t(bh) * d.NC + c;
   const int64_t qk_row = int64_t(d.Gq) * d.K;
-  load_async<kC, KT>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K);
-  load_async<kC, KT>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K);
-  load_async<kC, VT>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V);
-  load_state<KT, VT>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d);
+  load_async<kC, KT, kSplitThreads>(sQ, q + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K);
+  load_async<kC, KT, kSplitThreads>(sK, k + (int64_t(b) * d.T * d.Gq + grp) * d.K, qk_row, c * kC, d.T, d.K);
+  load_async<kC, VT, kSplitThreads>(sV, v + (int64_t(b) * d.T * d.H + h) * d.V, int64_t(d.H) * d.V, c * kC, d.T, d.V);
+  load_state<KT, VT, kSplitThreads>(sS, states + (int64_t(bh) * (d.NC + 1) + c) * d.K * d.V, d);
   flash::cp_async_commit();
-  load_vec(sG, G + z * kC);
-  load_vec(sGam, gam + z * kC);
+  load_vec<kSplitThreads>(sG, G + z * kC);
+  load_vec<kSplitThreads>(sGam, gam + z * kC);
   flash::cp_async_wait<0>();
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
-  {
-    float s[1][kC / 8][4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
+  const int nc0 = half * (kC / 2), nv0 = half * (VT / 2);
+  {  // a column half wholly above the diagonal is zero
+    float s[1][NTC][4];
     zero(s);
-    warp_mma<1, kC / 8, KT, false, true>(s, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-    store_masked(sP, kLdP, s, sG, scale, m0, 0, lane);
+    if (nc0 <= m0 + 15) warp_mma<1, NTC, KT, false, true>(s, sQ, KT + 8, m0, sK, KT + 8, nc0, lane);
+    store_masked(sP, kLdP, s, sG, scale, m0, nc0, lane);
   }
-  float acc[1][VT / 8][4];
+  float acc[1][NTV][4];
   zero(acc);
-  warp_mma<1, VT / 8, KT, false, false>(acc, sQ, KT + 8, m0, sS, VT + 8, 0, lane);
+  warp_mma<1, NTV, KT, false, false>(acc, sQ, KT + 8, m0, sS, VT + 8, nv0, lane);
 #pragma unroll
-  for (int ni = 0; ni < VT / 8; ++ni)
+  for (int ni = 0; ni < NTV; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[0][ni][e] *= scale * sGam[m0 + frag_row(lane, e)];
-  __syncwarp();  // the P rows this warp reads are the rows it wrote
-  warp_mma<1, VT / 8, kC, false, false>(acc, sP, kLdP, m0, sV, VT + 8, 0, lane);
+  __syncthreads();  // both halves of the warp's P rows are written
+  warp_mma<1, NTV, kC, false, false>(acc, sP, kLdP, m0, sV, VT + 8, nv0, lane);
   bf16x* ob = o + (int64_t(b) * d.T * d.H + h) * d.V;
 #pragma unroll
-  for (int ni = 0; ni < VT / 8; ++ni)
+  for (int ni = 0; ni < NTV; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
-      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e), t = c * kC + r;
+      const int r = m0 + frag_row(lane, e), col = nv0 + ni * 8 + frag_col(lane, e), t = c * kC + r;
       if (t < d.T && col < d.V)
         *reinterpret_cast<uint32_t*>(ob + (int64_t(t) * d.H) * d.V + col) = pack_bf16(acc[0][ni][e], acc[0][ni][e + 1]);
     }
@@ -304,7 +309,7 @@ struct BackwardArgs {
 };
 
 // B3 of mamba2.md 4.3 for one chunk of one q/k group, over the group's heads in order. Grid (NC, B Gq),
-// kBwdThreads. Warp w: rows m0 = 16 (w % 4), columns [half * width / 2, +width / 2) of every product
+// kSplitThreads. Warp w: rows m0 = 16 (w % 4), columns [half * width / 2, +width / 2) of every product
 // (half = w / 4); the row dots for dG are summed over both halves in shared memory.
 // The blocks an SM holds at the tiles' shared memory (75, 108 and 157 KiB), so that the register
 // budget matches them: at 64 x 64, 80 registers and a 32-byte spill for three blocks of 8 warps.
@@ -312,7 +317,7 @@ template <int KT, int VT>
 constexpr int kBwdBlocksPerSm = KT + VT == 128 ? 3 : KT + VT == 192 ? 2 : 1;
 
 template <int KT, int VT>
-__global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm<KT, VT>) backward_kernel(BackwardArgs a, Dims d) {
+__global__ void __launch_bounds__(kSplitThreads, kBwdBlocksPerSm<KT, VT>) backward_kernel(BackwardArgs a, Dims d) {
   constexpr int NTC = kC / 16, NTK = KT / 16, NTV = VT / 16;  // n-tiles a warp holds, per product width
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
@@ -327,35 +332,35 @@ __global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm<KT, VT>) backward
   float* sGam = sG + kC;
   float* sKd = sGam + kC;
   float* sDg = sKd + kC;                         // [2][64]: the row dots of each column half
-  float* sRed = sDg + 2 * kC;                    // [kBwdWarps]
-  float* sSumQ = sRed + kBwdWarps;               // [kBwdWarps][NTK][32][4] when hpg > 1
-  float* sSumK = sSumQ + kBwdWarps * NTK * 128;
+  float* sRed = sDg + 2 * kC;                    // [kSplitWarps]
+  float* sSumQ = sRed + kSplitWarps;               // [kSplitWarps][NTK][32][4] when hpg > 1
+  float* sSumK = sSumQ + kSplitWarps * NTK * 128;
   const int c = blockIdx.x, bg = blockIdx.y, b = bg / d.Gq, grp = bg % d.Gq, t0 = c * kC;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
   const int nc0 = half * (kC / 2), nk0 = half * (KT / 2), nv0 = half * (VT / 2);  // the warp's first columns
   const int64_t qk_row = int64_t(d.Gq) * d.K, v_row = int64_t(d.H) * d.V;
   const int64_t qk_off = (int64_t(b) * d.T * d.Gq + grp) * d.K;
-  load_async<kC, KT, kBwdThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K);
-  load_async<kC, KT, kBwdThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K);
+  load_async<kC, KT, kSplitThreads>(sQ, a.q + qk_off, qk_row, t0, d.T, d.K);
+  load_async<kC, KT, kSplitThreads>(sK, a.k + qk_off, qk_row, t0, d.T, d.K);
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
   for (int hi = 0; hi < d.hpg; ++hi) {
     const int h = grp * d.hpg + hi, bh = b * d.H + h;
     const int64_t z = int64_t(bh) * d.NC + c;
     const int64_t KV = int64_t(d.K) * d.V;
     __syncthreads();  // the previous head is done with every tile
-    load_async<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
-    load_async<kC, VT, kBwdThreads>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
+    load_async<kC, VT, kSplitThreads>(sV, a.v + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
+    load_async<kC, VT, kSplitThreads>(sDO, a.dout + (int64_t(b) * d.T * d.H + h) * d.V, v_row, t0, d.T, d.V);
     const bf16x* Sc = a.states + (int64_t(bh) * (d.NC + 1) + c) * KV;
-    load_state<KT, VT, kBwdThreads>(sS, Sc, d);
-    load_state<KT, VT, kBwdThreads>(sD, a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV, d);
+    load_state<KT, VT, kSplitThreads>(sS, Sc, d);
+    load_state<KT, VT, kSplitThreads>(sD, a.D + (int64_t(bh) * (d.NC + 1) + c + 1) * KV, d);
     flash::cp_async_commit();
-    load_vec<kBwdThreads>(sG, a.G + z * kC);
-    load_vec<kBwdThreads>(sGam, a.gam + z * kC);
-    load_vec<kBwdThreads>(sKd, a.kd + z * kC);
+    load_vec<kSplitThreads>(sG, a.G + z * kC);
+    load_vec<kSplitThreads>(sGam, a.gam + z * kC);
+    load_vec<kSplitThreads>(sKd, a.kd + z * kC);
     flash::cp_async_wait<0>();
     __syncthreads();
     // <S_{c+1}, D_c> for the last row of dG, summed in fp32.
-    const float inner = a.dg ? block_sum<kBwdWarps>(state_dot<KT, VT, kBwdThreads>(Sc + KV, sD, d), sRed) : 0.f;
+    const float inner = a.dg ? block_sum<kSplitWarps>(state_dot<KT, VT, kSplitThreads>(Sc + KV, sD, d), sRed) : 0.f;
 
     {  // dP and P of the warp's rows and columns (Q @ K^T is recomputed per head: holding it costs
        // occupancy); a column half wholly above the diagonal is zero
@@ -458,8 +463,8 @@ size_t outer_smem() {
 template <int KT, int VT>
 size_t backward_smem(int hpg) {
   const size_t tiles = size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * KT * (VT + 8) + 2 * kC * kLdP) * 2;
-  const size_t vecs = (5 * kC + kBwdWarps) * sizeof(float);
-  return tiles + vecs + (hpg > 1 ? size_t(2) * kBwdWarps * (KT / 16) * 128 * sizeof(float) : 0);
+  const size_t vecs = (5 * kC + kSplitWarps) * sizeof(float);
+  return tiles + vecs + (hpg > 1 ? size_t(2) * kSplitWarps * (KT / 16) * 128 * sizeof(float) : 0);
 }
 
 Dims dims_of(const SimpleGlaDims& sd, const ChunkDims& cd) {
@@ -564,10 +569,10 @@ SimpleGlaOutputs simple_gla_forward_fused(const Tensor& q0, const Tensor& k0, co
     const size_t smem = forward_smem<KT, VT>();
     set_smem(forward_kernel<KT, VT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.H));
-    forward_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(q), bp(k), bp(v), gates.G.data<float>(),
-                                                              gates.gam.data<float>(), bp(states), bp_mut(r.o),
-                                                              float(scale), d);
-    HYB_CUDA_LAUNCH_CHECK("simple_gla forward_kernel", grid, kThreads, smem);
+    forward_kernel<KT, VT><<<grid, kSplitThreads, smem, stream>>>(bp(q), bp(k), bp(v), gates.G.data<float>(),
+                                                                 gates.gam.data<float>(), bp(states), bp_mut(r.o),
+                                                                 float(scale), d);
+    HYB_CUDA_LAUNCH_CHECK("simple_gla forward_kernel", grid, kSplitThreads, smem);
   });
   if (keep_states) *keep_states = states;
   return r;
@@ -609,8 +614,8 @@ SimpleGlaGrads simple_gla_backward_fused(const SimpleGlaSaved& sv, const Tensor&
       const size_t smem = backward_smem<KT, VT>(d.hpg);
       set_smem(backward_kernel<KT, VT>, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Gq));
-      backward_kernel<KT, VT><<<grid, kBwdThreads, smem, stream>>>(a, d);
-      HYB_CUDA_LAUNCH_CHECK("simple_gla backward_kernel", grid, kBwdThreads, smem);
+      backward_kernel<KT, VT><<<grid, kSplitThreads, smem, stream>>>(a, d);
+      HYB_CUDA_LAUNCH_CHECK("simple_gla backward_kernel", grid, kSplitThreads, smem);
     });
   }
   return out;
