@@ -81,39 +81,59 @@ __device__ void unit_lower_inverse(const float* sM, float* sX, float* sT) {
     }
   }
   __syncthreads();
-  // Constant trip counts throughout, so each thread's independent dot products interleave.
+  // Constant trip counts throughout, so each thread's independent dot products interleave. A thread
+  // takes W adjacent columns of a block row, so one load of M (and of X_aa) serves W products: the
+  // merges are bound by shared-memory loads, not FMAs. Each entry's sum runs in the same order (c,
+  // then i) at any W, so 128 and 256 threads give the same bits.
+  constexpr int W = 256 / NTHREADS >= 2 ? 2 : 1;
+  constexpr int kPer = 256 / NTHREADS / W;  // column groups of one 16 x 16 block per thread
+  constexpr int kGroups = 256 / W;          // column groups of a block
 #pragma unroll
   for (int dist = 1; dist < 4; ++dist) {
-    constexpr int kPer = 256 / NTHREADS;  // entries of one 16 x 16 block per thread (NTHREADS divides 256)
-    const int blocks = 4 - dist;          // (a, a - dist) for a = dist .. 3
-    float acc[3 * kPer];
+    const int blocks = 4 - dist;  // (a, a - dist) for a = dist .. 3
+    float acc[3 * kPer][W];
 #pragma unroll
     for (int x = 0; x < blocks * kPer; ++x) {  // sT[blk] = sum_{c=b}^{a-1} M_ac X_cb
-      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
-      acc[x] = 0.f;
+      const int e = x * NTHREADS + tid, blk = e / kGroups, rr = e / (16 / W) % 16, cc = e % (16 / W) * W;
+      const int a = dist + blk, b = a - dist;
+#pragma unroll
+      for (int w = 0; w < W; ++w) acc[x][w] = 0.f;
 #pragma unroll
       for (int c = 0; c < dist; ++c)
 #pragma unroll
-        for (int i = 0; i < 16; ++i)
-          acc[x] += sM[(16 * a + rr) * kLdF + 16 * (b + c) + i] * sX[(16 * (b + c) + i) * kLdF + 16 * b + cc];
+        for (int i = 0; i < 16; ++i) {
+          const float m = sM[(16 * a + rr) * kLdF + 16 * (b + c) + i];
+          const float* xr = sX + (16 * (b + c) + i) * kLdF + 16 * b + cc;
+#pragma unroll
+          for (int w = 0; w < W; ++w) acc[x][w] += m * xr[w];
+        }
     }
 #pragma unroll
     for (int x = 0; x < blocks * kPer; ++x) {
-      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16;
-      sT[(blk * 16 + rr) * 17 + cc] = acc[x];
+      const int e = x * NTHREADS + tid, blk = e / kGroups, rr = e / (16 / W) % 16, cc = e % (16 / W) * W;
+#pragma unroll
+      for (int w = 0; w < W; ++w) sT[(blk * 16 + rr) * 17 + cc + w] = acc[x][w];
     }
     __syncthreads();
 #pragma unroll
     for (int x = 0; x < blocks * kPer; ++x) {  // X_ab = -X_aa sT[blk]
-      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk;
-      acc[x] = 0.f;
+      const int e = x * NTHREADS + tid, blk = e / kGroups, rr = e / (16 / W) % 16, cc = e % (16 / W) * W;
+      const int a = dist + blk;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc[x] += sX[(16 * a + rr) * kLdF + 16 * a + i] * sT[(blk * 16 + i) * 17 + cc];
+      for (int w = 0; w < W; ++w) acc[x][w] = 0.f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float xa = sX[(16 * a + rr) * kLdF + 16 * a + i];
+#pragma unroll
+        for (int w = 0; w < W; ++w) acc[x][w] += xa * sT[(blk * 16 + i) * 17 + cc + w];
+      }
     }
 #pragma unroll
     for (int x = 0; x < blocks * kPer; ++x) {
-      const int e = x * NTHREADS + tid, blk = e / 256, rr = e / 16 % 16, cc = e % 16, a = dist + blk, b = a - dist;
-      sX[(16 * a + rr) * kLdF + 16 * b + cc] = -acc[x];
+      const int e = x * NTHREADS + tid, blk = e / kGroups, rr = e / (16 / W) % 16, cc = e % (16 / W) * W;
+      const int a = dist + blk, b = a - dist;
+#pragma unroll
+      for (int w = 0; w < W; ++w) sX[(16 * a + rr) * kLdF + 16 * b + cc + w] = -acc[x][w];
     }
     __syncthreads();
   }
