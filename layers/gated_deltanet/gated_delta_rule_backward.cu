@@ -44,7 +44,10 @@ using chunk_mma::zero;
 // ---------------------------------------------------------------------------------------------------
 // Stage 1: the reverse inter-chunk recurrence.
 
-constexpr int kScanThreads = 128;  // 4 warps: token rows [16w, 16w + 16), state rows [w KT / 4, (w + 1) KT / 4)
+// 8 warps: warp w takes token rows [16 (w % 4), +16) and state rows [(w % 4) KT / 4, +KT / 4), and
+// column half w / 4 of the VS columns (at VS = 16, one n-tile pair, the upper four warps only copy
+// tiles and form P): twice the warps of one block an SM to hide the latency of each chunk step.
+constexpr int kScanThreads = 256;
 
 template <int KT, int VS>
 struct BackwardScanSmem {
@@ -59,8 +62,8 @@ struct BackwardScanSmem {
   static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;    // bf16 [64][VS + 8]: scale gam .* dO
   static constexpr size_t kdUn = kDOg + kVTile;                  // bf16 [64][VS + 8]: -dU
   static constexpr size_t kD = kdUn + kVTile;                    // bf16 [KT][VS + 8]: D_c
-  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2;  // f32 [4][64]: each warp's copy of G
-  static constexpr size_t kBytes = kGw + 4 * kC * 4;
+  static constexpr size_t kGw = kD + size_t(KT) * (VS + 8) * 2;  // f32 [8][64]: each warp's copy of G
+  static constexpr size_t kBytes = kGw + 8 * kC * 4;
 };
 
 struct BackwardScanArgs {
@@ -87,7 +90,8 @@ struct BackwardScanArgs {
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = BackwardScanSmem<KT, VS>;
-  constexpr int NT = VS / 8, MT2 = KT / 64;
+  constexpr int kSplit = VS >= 32 ? 2 : 1;              // column halves (warp_mma takes n-tiles in pairs)
+  constexpr int NT = VS / 8 / kSplit, MT2 = KT / 64;     // n-tiles of the warp's columns; state m-tiles
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sP = reinterpret_cast<bf16x*>(smem + L::kP);
   bf16x* sDOg = reinterpret_cast<bf16x*>(smem + L::kDOg);
@@ -100,7 +104,9 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
             qh = j / d.hpg;
   const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * (warp % 4), m2 = (warp % 4) * (KT / 4);
+  const int half = warp / 4, nv = kSplit == 2 ? half * (VS / 2) : 0;  // the warp's first column
+  const bool active = half < kSplit;                                   // the warp owns dU and D columns
   float* sG = reinterpret_cast<float*>(smem + L::kGw) + warp * kC;
   const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
@@ -112,10 +118,10 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
                                                  d.T, d.K, tid);
     flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
                                                  kC, d.K, tid);
-    if (!phi)
-      flash::load_tile<kC, VS, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
-                                                   a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0,
-                                                   int64_t(d.HV) * d.V, c * kC, d.T, d.V - v0, tid);
+    if (!phi && tid < 128)  // 64 x 16 is 128 pieces: 128 threads copy the narrowest dO tile
+      flash::load_tile<kC, VS, 128, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
+                                          a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0, int64_t(d.HV) * d.V,
+                                          c * kC, d.T, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
@@ -123,14 +129,14 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   const int64_t seg_at = int64_t(bh) * nseg + s;
   float D[MT2][NT][4];
   if (phi)
-    identity_fragments(D, d.K, v0, m2, lane);
+    identity_fragments(D, d.K, v0 + nv, m2, lane);
   else
     load_state_fragments(D,
                          s == nseg - 1 ? (a.dfinal ? a.dfinal + int64_t(bh) * d.K * d.V : nullptr)
                          : seg.local   ? nullptr
                                        : seg.start + seg_at * d.K * d.V,
-                         d.K, d.V, v0, m2, lane);
-  store_state(sD, D, m2, lane);
+                         d.K, d.V, v0 + nv, m2, lane);
+  if (active) store_state(sD, D, m2, lane, nv, VS + 8);
   load_chunk(c_end - 1, 0);
   for (int c = c_end - 1; c >= c_begin; --c) {
     const int p = (c_end - 1 - c) & 1;
@@ -150,13 +156,13 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     __syncwarp();
     float kd[2];
     row_kd(gc, m0, lane, kd);
-    if (!phi) {
-      float pp[1][kC / 8][4];
+    if (!phi) {  // the warp's rows and column half of P; a half wholly above the diagonal is zero
+      float pp[1][kC / 16][4];
       zero(pp);
-      warp_mma<1, kC / 8, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-      store_masked(sP, kLd64, pp, sG, a.scale, m0, 0, lane);
+      if (32 * half <= m0 + 15) warp_mma<1, kC / 16, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 32 * half, lane);
+      store_masked(sP, kLd64, pp, sG, a.scale, m0, 32 * half, lane);
     }
-    for (int x = lane; !phi && x < 16 * (VS / 8); x += 32) {  // the warp's rows of scale gam .* dO
+    for (int x = lane + 32 * half; !phi && x < 16 * (VS / 8); x += 64) {  // the warp's rows of scale gam .* dO
       const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
       const float f = a.scale * __expf(sG[r]);
       uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
@@ -170,38 +176,43 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     }
     __syncthreads();  // P and scale gam .* dO complete
 
-    float du[1][NT][4];
-    zero(du);
-    warp_mma<1, NT, KT, false, false>(du, sK, KT + 8, m0, sD, VS + 8, 0, lane);
+    if (active) {
+      float du[1][NT][4];
+      zero(du);
+      warp_mma<1, NT, KT, false, false>(du, sK, KT + 8, m0, sD, VS + 8, nv, lane);
 #pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
+      for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
-    if (!phi) warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, 0, lane);
-    bf16x* dUc = a.dU + z * kC * d.V + v0;
+        for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
+      if (!phi) warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, nv, lane);
+      bf16x* dUc = a.dU + z * kC * d.V + v0;
 #pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
+      for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (!seg.local && v0 + col < d.V)
-          *reinterpret_cast<uint32_t*>(dUc + r * d.V + col) = pack_bf16(du[0][ni][e], du[0][ni][e + 1]);
-        *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
-      }
+        for (int e = 0; e < 4; e += 2) {
+          const int r = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
+          if (!seg.local && v0 + col < d.V)
+            *reinterpret_cast<uint32_t*>(dUc + r * d.V + col) = pack_bf16(du[0][ni][e], du[0][ni][e + 1]);
+          *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
+        }
+    }
     __syncthreads();  // -dU complete; every warp is done reading D_c
 
-    scale_all(D, __expf(gc.last));  // gam_n
-    if (!phi) warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, 0, lane);
-    warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, 0, lane);
-    store_state(sD, D, m2, lane);
+    if (active) {
+      scale_all(D, __expf(gc.last));  // gam_n
+      if (!phi) warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, nv, lane);
+      warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, nv, lane);
+      store_state(sD, D, m2, lane, nv, VS + 8);
+    }
   }
   flash::cp_async_wait<0>();
+  if (!active) return;
   if (phi)
-    store_state_fragments(D, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0, m2, lane);
+    store_state_fragments(D, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0 + nv, m2, lane);
   else if (seg.local)
-    store_state_fragments(D, seg.end + seg_at * d.K * d.V, d.K, d.V, v0, m2, lane);
+    store_state_fragments(D, seg.end + seg_at * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
   else if (a.dS0 && s == 0)
-    store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -198,18 +198,19 @@ __device__ __forceinline__ void split_bf16(float x, bf16x& hi, bf16x& lo) {
   lo = __float2bfloat16_rn(x - __bfloat162float(hi));
 }
 
-// The warp's fp32 state fragments (m-tiles from row m0, NT n-tiles) to a bf16 [rows][8 NT + 8] tile.
+// The warp's fp32 state fragments (m-tiles from row m0, NT n-tiles from column n0) to a bf16 tile of
+// row stride ld ([rows][8 NT + 8] by default).
 template <int MT, int NT>
-__device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][4], int m0, int lane) {
+__device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][4], int m0, int lane, int n0 = 0,
+                                            int ld = NT * 8 + 8) {
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = ni * 8 + chunk_mma::frag_col(lane, e);
-        *reinterpret_cast<uint32_t*>(s + r * (NT * 8 + 8) + col) =
-            chunk_mma::pack_bf16(st[mi][ni][e], st[mi][ni][e + 1]);
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = n0 + ni * 8 + chunk_mma::frag_col(lane, e);
+        *reinterpret_cast<uint32_t*>(s + r * ld + col) = chunk_mma::pack_bf16(st[mi][ni][e], st[mi][ni][e + 1]);
       }
 }
 
