@@ -13,8 +13,9 @@
 // The states are bf16 in memory because every consumer multiplies them in bf16 anyway; the chunk
 // contributions are rounded once each and summed in fp32, so the error does not grow with the number
 // of chunks. This halves the state traffic, most of the bytes of the op (docs/layers/mamba2.md).
-// Tiles: K and V are padded to KT, VT in {64, 128} (zero columns change no product); 4 warps, each
-// owns 16 token rows (or KT / 4 state rows). Every (tile) operand is loaded with ldmatrix from a
+// Tiles: K and V are padded to KT, VT in {64, 128} (zero columns change no product); the outer kernel's
+// 4 warps own KT / 4 state rows each, the forward's and backward's 8 warps 16 token rows and a column
+// half each. Every (tile) operand is loaded with ldmatrix from a
 // row-major smem tile; a transposed operand uses ldmatrix.trans, never a reinterpreted accumulator
 // (mamba2.md 4.7).
 #include <cuda_bf16.h>
@@ -54,7 +55,7 @@ using chunk_mma::visit_tiles;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kThreads = 128;  // the outer kernel's 4 warps, each KT / 4 state rows
 // The forward and backward kernels' warps: warp w takes rows [16 (w % 4), +16) and column half w / 4
 // of each product, so an SM holds twice the warps to hide the latency of the dependent products
 // (measured on the backward: 3 blocks of 8 warps an SM 0.79 ms, 2 blocks 0.87 ms).
@@ -149,7 +150,7 @@ __device__ __forceinline__ void load_async(bf16x* s, const bf16x* src, int64_t r
 }
 
 // The bf16 (K, V) state of one slot into a [KT][VT + 8] tile, zero outside K x V (asynchronous).
-template <int KT, int VT, int NTHREADS = kThreads>
+template <int KT, int VT, int NTHREADS>
 __device__ __forceinline__ void load_state(bf16x* s, const bf16x* slot, const Dims& d) {
   load_async<KT, VT, NTHREADS>(s, slot, d.V, 0, d.K, d.V);
 }
