@@ -27,6 +27,7 @@ GsaConfig gsa_config_from_json(const json& m) {
   c.conv_size = m.at("conv_size").get<int64_t>();
   c.elementwise_affine = m.at("elementwise_affine").get<bool>();
   c.feature_map = m.at("feature_map").get<std::string>();
+  c.save_chunk_states = m.at("save_chunk_states").get<bool>();
   return c;
 }
 
@@ -91,6 +92,7 @@ Var GsaMixer::run(const Var& x, GsaState* st) {
   // 6.
   GsaParams core;
   core.scale = cfg_.scale;
+  core.save_chunk_states = cfg_.save_chunk_states;
   GsaVars r = gsa(q, k, v, s, g, st ? Var(st->Hk) : Var(), st ? Var(st->Hv) : Var(), core);
   if (st) {
     st->Hk = r.Hk.data();

@@ -14,7 +14,7 @@ struct GsaConfig {
   int64_t d_model = 0, num_heads = 4, num_kv_heads = 4, head_k_dim = 0, head_v_dim = 0, num_slots = 64;
   double gate_logit_normalizer = 8.0, scale = 1.0, norm_eps = 1e-6;
   std::string feature_map = "swish";  // on q and k: swish | relu | t2r
-  bool use_short_conv = false, conv_bias = false, elementwise_affine = true;
+  bool use_short_conv = false, conv_bias = false, elementwise_affine = true, save_chunk_states = false;
   int64_t conv_size = 4;
 };
 

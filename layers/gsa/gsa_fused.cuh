@@ -38,19 +38,38 @@ struct Dims {
   int shift = 0;
 };
 
+// Global loads of the fp32 tiles below go out kLoadBatch per thread before the first shared-memory
+// store: the compiler cannot move a load above a store it may alias, and one load at a time left the
+// backward kernels waiting on memory latency for most of their time.
+constexpr int kLoadBatch = 8;
+
 // Rows t0 .. t0 + 63 of one kv head of g and s (B, T, Hkv, M) f32 (g, s: the head's row 0) into fp32
 // [64][kLdF] tiles, zeros (not read) for rows outside [0, T) and past the M slots; t0 may be negative
 // (the shifted stream: t0 and T less the shift). Then sB holds b, the inclusive cumsum of g over the
 // chunk's n = min(64, T - t0) rows (padded rows repeat the last valid one), and, for m < kMT: sLo[m],
-// sHi[m] the least and largest of 0 and b over those rows (both optional). Ends with a barrier.
+// sHi[m] the least and largest of 0 and b over those rows (both optional). NTHREADS threads take part;
+// ends with a barrier.
+template <int NTHREADS = kThreads>
 __device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
                                            float* sB, float* sS, float* sLo, float* sHi) {
+  constexpr int kIters = kC * kMT / NTHREADS;
+  static_assert(kIters % kLoadBatch == 0, "whole batches");
   const int n = min(kC, T - t0);
-  for (int x = threadIdx.x; x < kC * kMT; x += kThreads) {
-    const int r = x / kMT, m = x % kMT;
-    const bool in = t0 + r >= 0 && r < n && m < M;
-    sB[r * kLdF + m] = in ? g[int64_t(t0 + r) * row_stride + m] : 0.f;
-    sS[r * kLdF + m] = in ? s[int64_t(t0 + r) * row_stride + m] : 0.f;
+  for (int i0 = 0; i0 < kIters; i0 += kLoadBatch) {
+    float gv[kLoadBatch], sv[kLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / kMT, m = x % kMT;
+      const bool in = t0 + r >= 0 && r < n && m < M;
+      gv[u] = in ? g[int64_t(t0 + r) * row_stride + m] : 0.f;
+      sv[u] = in ? s[int64_t(t0 + r) * row_stride + m] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / kMT, m = x % kMT;
+      sB[r * kLdF + m] = gv[u];
+      sS[r * kLdF + m] = sv[u];
+    }
   }
   __syncthreads();
   if (threadIdx.x < kMT) {
@@ -68,28 +87,38 @@ __device__ __forceinline__ void load_gates(const float* g, const float* s, int64
 }
 
 // An fp32 R x Cc matrix (row-major) into a bf16 [RT][CT] tile of row stride ld, times colscale[c] or
-// rowscale[r] when given; zeros outside R x Cc.
-template <int RT, int CT>
+// rowscale[r] when given; zeros outside R x Cc. NTHREADS threads take part.
+template <int RT, int CT, int NTHREADS = kThreads>
 __device__ __forceinline__ void load_state(bf16x* s, int ld, const float* src, int R, int Cc, const float* rowscale,
                                            const float* colscale) {
-  for (int x = threadIdx.x; x < RT * CT / 2; x += kThreads) {
-    const int r = x / (CT / 2), c = (x % (CT / 2)) * 2;
-    float v0 = 0.f, v1 = 0.f;
-    if (r < R) {
-      if (c < Cc) v0 = src[int64_t(r) * Cc + c] * (colscale ? colscale[c] : 1.f) * (rowscale ? rowscale[r] : 1.f);
-      if (c + 1 < Cc)
-        v1 = src[int64_t(r) * Cc + c + 1] * (colscale ? colscale[c + 1] : 1.f) * (rowscale ? rowscale[r] : 1.f);
+  constexpr int kIters = RT * CT / 2 / NTHREADS, kBatch = kIters < kLoadBatch ? kIters : kLoadBatch;
+  static_assert(kIters % kBatch == 0, "whole batches");
+  for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+    float v[kBatch][2];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
+      v[u][0] = r < R && c < Cc ? src[int64_t(r) * Cc + c] : 0.f;
+      v[u][1] = r < R && c + 1 < Cc ? src[int64_t(r) * Cc + c + 1] : 0.f;
     }
-    *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack_bf16(v0, v1);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
+      const float f = rowscale ? rowscale[r] : 1.f;
+      const float f0 = colscale ? colscale[c] : 1.f, f1 = colscale ? colscale[c + 1] : 1.f;
+      *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack_bf16(v[u][0] * f0 * f, v[u][1] * f1 * f);
+    }
   }
 }
 
-// The warp's 64 score columns of rows m0 .. m0 + 15 to a bf16 tile: f acc for col <= row, else 0.
-__device__ __forceinline__ void store_tril(bf16x* s, int ld, const float (&acc)[1][kC / 8][4], float f, int m0,
+// The warp's score columns n0 .. n0 + 8 NT of rows m0 .. m0 + 15 to a bf16 tile: f acc for col <= row,
+// else 0.
+template <int NT>
+__device__ __forceinline__ void store_tril(bf16x* s, int ld, const float (&acc)[1][NT][4], float f, int m0, int n0,
                                            int lane) {
 #pragma unroll
-  for (int ni = 0; ni < kC / 8; ++ni) {
-    const int r0 = m0 + frag_row(lane, 0), col = ni * 8 + frag_col(lane, 0);
+  for (int ni = 0; ni < NT; ++ni) {
+    const int r0 = m0 + frag_row(lane, 0), col = n0 + ni * 8 + frag_col(lane, 0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
@@ -99,28 +128,28 @@ __device__ __forceinline__ void store_tril(bf16x* s, int ld, const float (&acc)[
   }
 }
 
-// The warp's slot fragment times f(row, slot) to its rows of a bf16 tile.
-template <class F>
-__device__ __forceinline__ void store_slots(bf16x* s, int ld, const float (&acc)[1][kMT / 8][4], int m0, int lane,
+// The warp's slot fragment (slots n0 .. n0 + 8 NT) times f(row, slot) to its rows of a bf16 tile.
+template <int NT, class F>
+__device__ __forceinline__ void store_slots(bf16x* s, int ld, const float (&acc)[1][NT][4], int m0, int n0, int lane,
                                             F f) {
 #pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
+  for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = m0 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
+      const int r = m0 + frag_row(lane, 2 * h), col = n0 + ni * 8 + frag_col(lane, 0);
       *reinterpret_cast<uint32_t*>(s + r * ld + col) =
           pack_bf16(acc[0][ni][2 * h] * f(r, col), acc[0][ni][2 * h + 1] * f(r, col + 1));
     }
 }
 
 template <int NT>
-__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int lane, const float* sB, const float* ref,
-                                           float f) {
+__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int n0, int lane, const float* sB,
+                                           const float* ref, float f) {
 #pragma unroll
   for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+      const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
       acc[0][ni][e] *= f * __expf(sB[r * kLdF + m] - (ref ? ref[m] : 0.f));
     }
 }

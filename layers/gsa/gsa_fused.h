@@ -14,13 +14,15 @@ struct GsaFusedOut {
   Tensor o;       // (B, T, Hq, V) bf16
   Tensor Hk, Hv;  // final memories (B, Hkv, K, M), (B, Hkv, M, V) f32
   Tensor lse;     // (B, T, Hq) f32: max_m z + log sum_m exp(z - max_m z) of every row
+  Tensor chunk_Hk, chunk_Hv, chunk_decay;  // with keep_states: GsaSaved's (gsa_op.h)
 };
 
 bool gsa_fused_supported(const Tensor& q, const GsaDims& d);
 GsaFusedOut gsa_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
-                              const Tensor& Hk0, const Tensor& Hv0, double scale);
+                              const Tensor& Hk0, const Tensor& Hv0, double scale, bool keep_states = false);
 // dq, dk, dv in bf16, ds, dg and the initial-memory gradients in f32. saved.lse: the fused forward's (if
-// undefined, the forward runs again for it). dHk, dHv: final-memory gradients (f32) or undefined.
+// undefined, the forward runs again for it); saved.chunk_Hk, chunk_Hv, chunk_decay: its kept chunk
+// memories (if undefined, recomputed: the same bits). dHk, dHv: final-memory gradients (f32) or undefined.
 // delta: (B, T, Hq) f32 contiguous rowsum(dO .* O) when the slots share their softmax with other logits
 // (nha's window; saved.lse is then the joint one), else undefined (the slots' own rowsum(P .* dP)).
 // shift (nha's token shift, needs saved.lse): the slots read k, v, s, g moved down by shift rows, zeros in

@@ -1,6 +1,7 @@
 // The fused bf16 CUDA backward of gsa (gsa.md 4.3, 4.8 B0..B3; gsa_fused.h), one CTA per (chunk, b, kv
 // head) walking the G query heads of the group, so k, v, s, g and the memories are loaded once:
-//   B0 forward_states (F1 and the chunk scan again): HkS, HvS for every chunk.
+//   B0 forward_states (F1 and the chunk scan again): HkS, HvS for every chunk, unless the forward kept them
+//      (GsaParams::save_chunk_states).
 //   B1 gsa_backward_kernel<kLocal>: rebuild Z (as F2), P = exp(Z - lse), dP, dZ; the chunk's read
 //      increments Uv = sum_h (P .* Dec)^T dO and Uk = scale sum_h Q^T (dZ .* Dec) into slot c of Dv, Dk.
 //   B2 the reverse chunk scan: slot c += exp(bl_c) slot c + 1 from slot NC = the final-memory gradient, so
@@ -42,18 +43,26 @@ using chunk_mma::set_smem;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
+// B1 and B3 run 8 warps: warp w owns the chunk rows 16 (w % 4) .. + 15 and the column half w / 4 of every
+// product (32 of the 64 slots or score columns, KT / 2 or VT / 2 of the head dims). The tiles take ~170 KB,
+// so one CTA fills an SM; 8 warps instead of 4 hide twice the latency of its loads and products. The two
+// warps of a row block exchange their halves of the slot softmax's row sums through shared memory.
+constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps, kHalf = kMT / 2;
+static_assert(kHalf == kC / 2, "a column half of the slots and of the score columns has one width");
+
 __device__ __forceinline__ float bf(bf16x x) { return __bfloat162float(x); }
 __device__ __forceinline__ float rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// Fallback forms, fp32, over the warp's fragment (rows m0 .. m0 + 15).
+// Fallback forms, fp32, over the warp's fragment (rows m0 .. m0 + 15, columns n0 .. n0 + 8 NT).
 // acc[i][m] += sum_{j <= i} A[i][j] exp(b_i[m] - b_j[m]) S[j][m]
-__device__ __forceinline__ void ew_rows(float (&acc)[1][kMT / 8][4], const bf16x* A, const float* sB, const float* sS,
-                                        int m0, int lane) {
+template <int NT>
+__device__ __forceinline__ void ew_rows(float (&acc)[1][NT][4], const bf16x* A, const float* sB, const float* sS,
+                                        int m0, int n0, int lane) {
 #pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
+  for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+      const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
       const float br = sB[r * kLdF + m];
       float x = 0.f;
       for (int j = 0; j <= r; ++j) x += bf(A[r * kLdA + j]) * __expf(br - sB[j * kLdF + m]) * sS[j * kLdF + m];
@@ -62,13 +71,14 @@ __device__ __forceinline__ void ew_rows(float (&acc)[1][kMT / 8][4], const bf16x
 }
 
 // acc[i][j] = sum_m X[i][m] exp(b_i[m] - b_j[m]) S[j][m] for j <= i, else 0
-__device__ __forceinline__ void ew_cols(float (&acc)[1][kC / 8][4], const bf16x* X, const float* sB, const float* sS,
-                                        int m0, int lane) {
+template <int NT>
+__device__ __forceinline__ void ew_cols(float (&acc)[1][NT][4], const bf16x* X, const float* sB, const float* sS,
+                                        int m0, int n0, int lane) {
 #pragma unroll
-  for (int ni = 0; ni < kC / 8; ++ni)
+  for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), j = ni * 8 + frag_col(lane, e);
+      const int r = m0 + frag_row(lane, e), j = n0 + ni * 8 + frag_col(lane, e);
       float x = 0.f;
       if (j <= r)
         for (int m = 0; m < kMT; ++m)
@@ -78,13 +88,14 @@ __device__ __forceinline__ void ew_cols(float (&acc)[1][kC / 8][4], const bf16x*
 }
 
 // acc[j][m] += sum_{i >= j} (A[i][j] X[i][m] + A2[i][j] X2[i][m]) exp(b_i[m] - b_j[m]), rows j of the warp
-__device__ __forceinline__ void ew_trows(float (&acc)[1][kMT / 8][4], const bf16x* A, const bf16x* X, const bf16x* A2,
-                                         const bf16x* X2, const float* sB, int m0, int lane) {
+template <int NT>
+__device__ __forceinline__ void ew_trows(float (&acc)[1][NT][4], const bf16x* A, const bf16x* X, const bf16x* A2,
+                                         const bf16x* X2, const float* sB, int m0, int n0, int lane) {
 #pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
+  for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int j = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+      const int j = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
       const float bj = sB[j * kLdF + m];
       float x = 0.f;
       for (int i = j; i < kC; ++i)
@@ -120,7 +131,7 @@ constexpr int backward_tile_elems() {
 template <int KT, int VT>
 constexpr size_t backward_smem_fixed() {
   const size_t tiles = size_t(backward_tile_elems<KT, VT>()) * 2;
-  return tiles + size_t(2 * kC * kLdF + 3 * kMT + kC + kThreads * kMT / 2) * sizeof(float);
+  return tiles + size_t(2 * kC * kLdF + 7 * kMT + kC + 2 * kC + kBwdThreads * kHalf / 2) * sizeof(float);
 }
 
 // The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
@@ -133,7 +144,8 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
   float* sSc = sRef + kMT;
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC;
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
-  load_gates(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB, sS, sRef, sSc);
+  load_gates<kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB,
+                          sS, sRef, sSc);
   float range = 0.f;
   for (int m = 0; m < kMT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
   return range <= kRefRange;  // false for NaN gates too
@@ -144,6 +156,8 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
 // kWin: the window part of head h's dqr for the chunk's rows, before the slot products take the scratch
 // tiles (sA1 onwards: Kr, Vw of the previous chunk and this one, then dS_w) and sQr (past the fp32 part):
 // P_w = exp(scale Qr Kr^T - lse) on the window, dS_w = P_w .* (dO Vw^T - delta), dqr = scale dS_w Kr.
+// A warp takes the 64 keys of its half of the 128 (the previous chunk's or this one's) for dS_w, and its
+// half of the K columns of dqr.
 template <int KT, int VT>
 __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, bf16x* sQr, bf16x* scratch,
                                           const bf16x* sDO, const float* sL, int h) {
@@ -153,13 +167,13 @@ __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, 
   bf16x* sVw = sKr + 2 * kC * (KT + 8);  // [128][VT + 8]
   bf16x* sdS = sVw + 2 * kC * (VT + 8);  // [64][kLdW]
   const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
   // Rows before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
-  load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                              nullptr);
-  load_rows<2 * kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
-  load_rows<2 * kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
+  load_rows<kC, KT, kBwdThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                                 nullptr);
+  load_rows<2 * kC, KT, kBwdThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
+  load_rows<2 * kC, VT, kBwdThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
   __syncthreads();
   float delta[2];
 #pragma unroll
@@ -168,16 +182,17 @@ __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, 
     delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
   }
   {
-    float sw[1][2 * kC / 8][4], dpw[1][2 * kC / 8][4];
+    const int w0 = half * kC;  // the warp's keys in the 128
+    float sw[1][kC / 8][4], dpw[1][kC / 8][4];
     zero(sw);
-    warp_mma<1, 2 * kC / 8, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, 0, lane);
+    warp_mma<1, kC / 8, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, w0, lane);
     zero(dpw);
-    warp_mma<1, 2 * kC / 8, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, 0, lane);
+    warp_mma<1, kC / 8, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, w0, lane);
 #pragma unroll
-    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+    for (int ni = 0; ni < kC / 8; ++ni)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = m0 + frag_row(lane, 2 * hh), x = ni * 8 + frag_col(lane, 0);
+        const int r = m0 + frag_row(lane, 2 * hh), x = w0 + ni * 8 + frag_col(lane, 0);
         float ds[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {  // key column x + e = key t0 - kC + x + e at distance r + kC - x - e
@@ -189,16 +204,17 @@ __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, 
         *reinterpret_cast<uint32_t*>(sdS + r * kLdW + x) = pack_bf16(ds[0], ds[1]);
       }
   }
-  __syncwarp();
-  float x[1][KT / 8][4];
+  __syncthreads();  // both key halves of dS_w
+  const int nk = half * KT / 2;
+  float x[1][KT / 16][4];
   zero(x);
-  warp_mma<1, KT / 8, 2 * kC, false, false>(x, sdS, kLdW, m0, sKr, KT + 8, 0, lane);
+  warp_mma<1, KT / 16, 2 * kC, false, false>(x, sdS, kLdW, m0, sKr, KT + 8, nk, lane);
   float* dqr = a.dqr + (int64_t(b) * d.T * d.Hq + h) * d.K;
 #pragma unroll
-  for (int ni = 0; ni < KT / 8; ++ni)
+  for (int ni = 0; ni < KT / 16; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+      const int r = m0 + frag_row(lane, e), col = nk + ni * 8 + frag_col(lane, e);
       if (r < n && col < d.K) dqr[int64_t(t0 + r) * d.Hq * d.K + col] = a.scale * x[0][ni][e];
     }
   __syncthreads();  // every warp is done with Kr before the slot products write the scratch tiles
@@ -227,16 +243,19 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   float* sRef = sS + kC * kLdF;                           // [kMT]
   float* sSc = sRef + kMT;                                // [kMT] exp(ref)
   float* sL = sSc + kMT;                                  // [64] lse of the head's rows
-  float* sTail = sL + kC;                                 // [kMT]
-  float4* sDB = reinterpret_cast<float4*>(sTail + kMT);   // [kWarps][kMT / 8][32] dB, fragment order
+  float* sTail = sL + kC;                                 // [5][kMT] parts of the tail of dG
+  float* sPart = sTail + 5 * kMT;                         // [2][64] each column half's row sums of P .* dP
+  float4* sDB = reinterpret_cast<float4*>(sPart + 2 * kC);  // [kBwdWarps][kHalf / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
+  // The warp's first column: of the slots and the score columns, of K, of V.
+  const int n0 = half * kHalf, nk = half * KT / 2, nv = half * VT / 2;
   // The slot stream's first token and token count, and the chunk's first row that holds a token.
   const int ts = t0 - d.shift, Ts = d.T - d.shift, lo = max(0, -ts);
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
-                              nullptr);
-  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
-                              nullptr);
+  load_rows<kC, KT, kBwdThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
+                                 nullptr);
+  load_rows<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
+                                 nullptr);
   __syncthreads();  // every thread has read the range
   if (threadIdx.x < kMT) {
     const int m = threadIdx.x;
@@ -246,10 +265,10 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   }
   __syncthreads();
   const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V;
-  load_state<KT, kMT>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM, d.K, d.M, nullptr, sSc);
-  load_state<kMT, VT>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV, d.M, d.V, sSc, nullptr);
+  load_state<KT, kMT, kBwdThreads>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM, d.K, d.M, nullptr, sSc);
+  load_state<kMT, VT, kBwdThreads>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV, d.M, d.V, sSc, nullptr);
   if constexpr (fast)
-    for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
+    for (int x = threadIdx.x; x < kC * kMT / 2; x += kBwdThreads) {
       const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
@@ -258,18 +277,21 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     }
   auto ei = [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); };
   auto one = [](int, int) { return 1.f; };
+  // Score columns n0 .. n0 + 31 of the rows m0 .. m0 + 15 are all above the diagonal: their causal products
+  // are zero and skipped.
+  const bool live = n0 <= m0 + 15;
 
   constexpr int UT = KT / 64;  // 16-row tiles of Uk per warp
-  float dVa[1][VT / 8][4], dKa[1][KT / 8][4], dSa[1][kMT / 8][4];  // group sums, the warp's rows
-  float4* myDB = sDB + warp * (kMT / 8) * 32 + lane;  // dB of the warp's rows, lives in shared memory
+  float dVa[1][VT / 16][4], dKa[1][KT / 16][4], dSa[1][kHalf / 8][4];  // group sums, the warp's fragment
+  float4* myDB = sDB + warp * (kHalf / 8) * 32 + lane;  // dB of the warp's fragment, lives in shared memory
   // between heads to spare registers
-  float Uk[UT][kMT / 8][4], Uv[1][VT / 8][4];
+  float Uk[UT][kHalf / 8][4], Uv[1][VT / 16][4];
   if constexpr (kLocal) {
     zero(Uk);
     zero(Uv);
   } else {
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni) myDB[ni * 32] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int ni = 0; ni < kHalf / 8; ++ni) myDB[ni * 32] = make_float4(0.f, 0.f, 0.f, 0.f);
     zero(dVa);
     zero(dKa);
     zero(dSa);
@@ -277,43 +299,44 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   for (int hi = 0; hi < d.G; ++hi) {
     const int h = j * d.G + hi;
     __syncthreads();  // the previous head is done with every tile (the first: the memory tiles are written)
-    load_rows<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                                nullptr);
-    load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T, d.V,
-                                nullptr);
-    for (int x = threadIdx.x; x < kC; x += kThreads) sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    load_rows<kC, KT, kBwdThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                                   nullptr);
+    load_rows<kC, VT, kBwdThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T,
+                                   d.V, nullptr);
+    for (int x = threadIdx.x; x < kC; x += kBwdThreads)
+      sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
     __syncthreads();
     if constexpr (kWin)
       window_dq<KT, VT>(a, d, reinterpret_cast<bf16x*>(smem + backward_smem_fixed<KT, VT>()), sA1, sDO, sL, h);
     {
-      float x[1][kC / 8][4];
+      float x[1][kHalf / 8][4];
       zero(x);
-      warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-      store_tril(sA1, kLdA, x, a.scale, m0, lane);
+      if (live) warp_mma<1, kHalf / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, n0, lane);
+      store_tril(sA1, kLdA, x, a.scale, m0, n0, lane);
       zero(x);
-      warp_mma<1, kC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, 0, lane);
-      store_tril(sdA2, kLdA, x, 1.f, m0, lane);
+      if (live) warp_mma<1, kHalf / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, n0, lane);
+      store_tril(sdA2, kLdA, x, 1.f, m0, n0, lane);
     }
-    __syncwarp();
-    float z[1][kMT / 8][4], dp[1][kMT / 8][4];
+    __syncthreads();  // both halves of the rows of A1 and dA2
+    float z[1][kHalf / 8][4], dp[1][kHalf / 8][4];
     zero(z);
-    warp_mma<1, kMT / 8, KT, false, false>(z, sQ, KT + 8, m0, sHk, kLdM, 0, lane);
+    warp_mma<1, kHalf / 8, KT, false, false>(z, sQ, KT + 8, m0, sHk, kLdM, n0, lane);
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni)
+    for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
     zero(dp);
-    warp_mma<1, kMT / 8, VT, false, true>(dp, sDO, VT + 8, m0, sHv, VT + 8, 0, lane);
+    warp_mma<1, kHalf / 8, VT, false, true>(dp, sDO, VT + 8, m0, sHv, VT + 8, n0, lane);
     if constexpr (fast)
       for (int k0 = 0; k0 <= m0; k0 += 16) {
-        warp_mma<1, kMT / 8, 16, false, false>(z, sA1 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, 0, lane);
-        warp_mma<1, kMT / 8, 16, false, false>(dp, sdA2 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, 0, lane);
+        warp_mma<1, kHalf / 8, 16, false, false>(z, sA1 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, n0, lane);
+        warp_mma<1, kHalf / 8, 16, false, false>(dp, sdA2 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, n0, lane);
       }
-    scale_rows(z, m0, lane, sB, sRef, 1.f);
-    scale_rows(dp, m0, lane, sB, sRef, 1.f);
+    scale_rows(z, m0, n0, lane, sB, sRef, 1.f);
+    scale_rows(dp, m0, n0, lane, sB, sRef, 1.f);
     if constexpr (!fast) {
-      ew_rows(z, sA1, sB, sS, m0, lane);
-      ew_rows(dp, sdA2, sB, sS, m0, lane);
+      ew_rows(z, sA1, sB, sS, m0, n0, lane);
+      ew_rows(dp, sdA2, sB, sS, m0, n0, lane);
     }
     // P = exp(Z - lse) (0 on padded slots), delta = rowsum(P .* dP), dZ = P .* (dP - delta); then z holds
     // dZ and dp holds P.
@@ -326,24 +349,31 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       }
     } else {
 #pragma unroll
-      for (int ni = 0; ni < kMT / 8; ++ni)
+      for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
           delta[e / 2] += (m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f) * dp[0][ni][e];
         }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 1);
         delta[hh] += __shfl_xor_sync(0xffffffffu, delta[hh], 2);
+        if (lane % 4 == 0) sPart[half * kC + m0 + lane / 4 + 8 * hh] = delta[hh];
+      }
+      __syncthreads();  // a.delta is the same for the whole block
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = m0 + lane / 4 + 8 * hh;
+        delta[hh] = sPart[r] + sPart[kC + r];  // the same order in both warps of the row block
       }
     }
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni) {
+    for (int ni = 0; ni < kHalf / 8; ++ni) {
       float x[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+        const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
         const float p = m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
         // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
         // terms of Z .* dZ + P .* dP and S .* dS cancel to well below either, and only cancel with one
@@ -359,64 +389,63 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         myDB[ni * 32] = acc;
       }
     }
-    if (kLocal || fast) store_slots(sPe, kLdM, dp, m0, lane, ei);
-    store_slots(sdZe, kLdM, z, m0, lane, ei);
+    if (kLocal || fast) store_slots(sPe, kLdM, dp, m0, n0, lane, ei);
+    store_slots(sdZe, kLdM, z, m0, n0, lane, ei);
     if constexpr (kLocal) {
       __syncthreads();
-      warp_mma<1, VT / 8, kC, true, false>(Uv, sPe, kLdM, m0, sDO, VT + 8, 0, lane);
-      warp_mma<UT, kMT / 8, kC, true, false>(Uk, sQ, KT + 8, warp * 16 * UT, sdZe, kLdM, 0, lane);
+      warp_mma<1, VT / 16, kC, true, false>(Uv, sPe, kLdM, m0, sDO, VT + 8, nv, lane);
+      warp_mma<UT, kHalf / 8, kC, true, false>(Uk, sQ, KT + 8, (warp % 4) * 16 * UT, sdZe, kLdM, n0, lane);
       continue;
     } else {
       if constexpr (!fast) {
-        store_slots(sP, kLdM, dp, m0, lane, one);
-        store_slots(sdZ, kLdM, z, m0, lane, one);
+        store_slots(sP, kLdM, dp, m0, n0, lane, one);
+        store_slots(sdZ, kLdM, z, m0, n0, lane, one);
       }
-      __syncwarp();
+      __syncthreads();  // both slot halves of the rows of Pe and dZe (the fallback: P and dZ)
       {
-        float x[1][kC / 8][4];
+        float x[1][kHalf / 8][4];
         if constexpr (fast) {
           zero(x);
-          warp_mma<1, kC / 8, kMT, false, true>(x, sdZe, kLdM, m0, sSp, kLdM, 0, lane);
+          if (live) warp_mma<1, kHalf / 8, kMT, false, true>(x, sdZe, kLdM, m0, sSp, kLdM, n0, lane);
         } else {
-          ew_cols(x, sdZ, sB, sS, m0, lane);
+          ew_cols(x, sdZ, sB, sS, m0, n0, lane);
         }
-        store_tril(sdA1, kLdA, x, 1.f, m0, lane);
+        store_tril(sdA1, kLdA, x, 1.f, m0, n0, lane);
         if constexpr (fast) {
           zero(x);
-          warp_mma<1, kC / 8, kMT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, 0, lane);
+          if (live) warp_mma<1, kHalf / 8, kMT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, n0, lane);
         } else {
-          ew_cols(x, sP, sB, sS, m0, lane);
+          ew_cols(x, sP, sB, sS, m0, n0, lane);
         }
-        store_tril(sA2, kLdA, x, 1.f, m0, lane);
+        store_tril(sA2, kLdA, x, 1.f, m0, n0, lane);
       }
-      __syncwarp();
+      __syncthreads();  // every warp's part of the score tiles dA1 and A2
       {  // dQ = scale (dZe HkS'^T + dA1 Kc)
-        float x[1][KT / 8][4];
+        float x[1][KT / 16][4];
         zero(x);
-        warp_mma<1, KT / 8, kMT, false, true>(x, sdZe, kLdM, m0, sHk, kLdM, 0, lane);
+        warp_mma<1, KT / 16, kMT, false, true>(x, sdZe, kLdM, m0, sHk, kLdM, nk, lane);
         for (int k0 = 0; k0 <= m0; k0 += 16)
-          warp_mma<1, KT / 8, 16, false, false>(x, sdA1 + k0, kLdA, m0, sK + k0 * (KT + 8), KT + 8, 0, lane);
+          warp_mma<1, KT / 16, 16, false, false>(x, sdA1 + k0, kLdA, m0, sK + k0 * (KT + 8), KT + 8, nk, lane);
         bf16x* dqb = a.dq + (int64_t(b) * d.T * d.Hq + h) * d.K;
 #pragma unroll
-        for (int ni = 0; ni < KT / 8; ++ni)
+        for (int ni = 0; ni < KT / 16; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; e += 2) {
-            const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+            const int r = m0 + frag_row(lane, e), col = nk + ni * 8 + frag_col(lane, e);
             if (r < n && col < d.K)
               *reinterpret_cast<uint32_t*>(dqb + int64_t(t0 + r) * d.Hq * d.K + col) =
                   pack_bf16(a.scale * x[0][ni][e], a.scale * x[0][ni][e + 1]);
           }
       }
-      __syncthreads();  // every warp's rows of the score and slot tiles
       for (int k0 = m0; k0 < kC; k0 += 16) {  // the rows i >= j of the transposed products
-        warp_mma<1, VT / 8, 16, true, false>(dVa, sA2 + k0 * kLdA, kLdA, m0, sDO + k0 * (VT + 8), VT + 8, 0, lane);
-        warp_mma<1, KT / 8, 16, true, false>(dKa, sdA1 + k0 * kLdA, kLdA, m0, sQ + k0 * (KT + 8), KT + 8, 0, lane);
+        warp_mma<1, VT / 16, 16, true, false>(dVa, sA2 + k0 * kLdA, kLdA, m0, sDO + k0 * (VT + 8), VT + 8, nv, lane);
+        warp_mma<1, KT / 16, 16, true, false>(dKa, sdA1 + k0 * kLdA, kLdA, m0, sQ + k0 * (KT + 8), KT + 8, nk, lane);
         if constexpr (fast) {
-          warp_mma<1, kMT / 8, 16, true, false>(dSa, sA1 + k0 * kLdA, kLdA, m0, sdZe + k0 * kLdM, kLdM, 0, lane);
-          warp_mma<1, kMT / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, 0, lane);
+          warp_mma<1, kHalf / 8, 16, true, false>(dSa, sA1 + k0 * kLdA, kLdA, m0, sdZe + k0 * kLdM, kLdM, n0, lane);
+          warp_mma<1, kHalf / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, n0, lane);
         }
       }
-      if constexpr (!fast) ew_trows(dSa, sA1, sdZ, sdA2, sP, sB, m0, lane);
+      if constexpr (!fast) ew_trows(dSa, sA1, sdZ, sdA2, sP, sB, m0, n0, lane);
     }
   }
 
@@ -426,27 +455,27 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
     for (int mi = 0; mi < UT; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < kMT / 8; ++ni)
+      for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = warp * 16 * UT + mi * 16 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          const int r = (warp % 4) * 16 * UT + mi * 16 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
           if (r < d.K && m < d.M) uk[int64_t(r) * d.M + m] = a.scale * Uk[mi][ni][e] * sSc[m];
         }
 #pragma unroll
-    for (int ni = 0; ni < VT / 8; ++ni)
+    for (int ni = 0; ni < VT / 16; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int m = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        const int m = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
         if (m < d.M && col < d.V) uv[int64_t(m) * d.V + col] = Uv[0][ni][e] * sSc[m];
       }
   } else {
     __syncthreads();  // done with the memory tiles and Sp
     const float* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
     const float* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
-    load_state<KT, kMT>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
-    load_state<kMT, VT>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
+    load_state<KT, kMT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
+    load_state<kMT, VT, kBwdThreads>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
     const float* bl = sB + (n - 1) * kLdF;
-    for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
+    for (int x = threadIdx.x; x < kC * kMT / 2; x += kBwdThreads) {
       const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
@@ -454,72 +483,90 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
           pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
     }
     __syncthreads();
-    if (threadIdx.x < d.M) {  // the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with dH as rounded in
-      const int m = threadIdx.x;  // the tiles (so that it cancels the inter part of S .* dS in dG)
+    {  // the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with dH as rounded in the tiles (so that it
+       // cancels the inter part of S .* dS in dG), in parts the dG pass adds: sTail[p][m] (p < 4) over the
+       // rows p, p + 4, ... of Hk, sTail[4][m] over row m of Hv (a lane quad per row)
       const float* HkE = a.Hk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
       const float* HvE = a.Hv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
-      float t = 0.f;
-      for (int kk = 0; kk < d.K; ++kk) t += HkE[int64_t(kk) * d.M + m] * bf(sHk[kk * kLdM + m]);
-      for (int vv = 0; vv < d.V; ++vv) t += HvE[int64_t(m) * d.V + vv] * bf(sHv[m * (VT + 8) + vv]);
-      sTail[m] = t;
+      static_assert(kBwdThreads == 4 * kMT, "four parts of each slot's Hk sum, a lane quad per Hv row");
+      {
+        const int m = threadIdx.x % kMT, p = threadIdx.x / kMT;
+        float x[KT / 4], t = 0.f;
+#pragma unroll
+        for (int i = 0; i < KT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.K ? HkE[int64_t(p + 4 * i) * d.M + m] : 0.f;
+#pragma unroll
+        for (int i = 0; i < KT / 4; ++i) t += x[i] * bf(sHk[(p + 4 * i) * kLdM + m]);
+        sTail[p * kMT + m] = t;
+      }
+      {
+        const int m = threadIdx.x / 4, p = threadIdx.x % 4;
+        float x[VT / 4], t = 0.f;
+#pragma unroll
+        for (int i = 0; i < VT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.V ? HvE[int64_t(m) * d.V + p + 4 * i] : 0.f;
+#pragma unroll
+        for (int i = 0; i < VT / 4; ++i) t += x[i] * bf(sHv[m * (VT + 8) + p + 4 * i]);
+        t += __shfl_xor_sync(0xffffffffu, t, 1);
+        t += __shfl_xor_sync(0xffffffffu, t, 2);
+        if (p == 0) sTail[4 * kMT + m] = t;
+      }
     }
     // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
     // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem): the pairs of the
     // chunk's rows and the chunk's share of the tail then cancel in dG's reverse cumsum with one
     // rounding on both sides, which keeps dG accurate when it is small against those terms.
     {
-      float t[1][kMT / 8][4];
+      float t[1][kHalf / 8][4];
       zero(t);
-      warp_mma<1, kMT / 8, VT, false, true>(t, sV, VT + 8, m0, sHv, VT + 8, 0, lane);
-      warp_mma<1, kMT / 8, KT, false, false>(t, sK, KT + 8, m0, sHk, kLdM, 0, lane);
+      warp_mma<1, kHalf / 8, VT, false, true>(t, sV, VT + 8, m0, sHv, VT + 8, n0, lane);
+      warp_mma<1, kHalf / 8, KT, false, false>(t, sK, KT + 8, m0, sHk, kLdM, n0, lane);
 #pragma unroll
-      for (int ni = 0; ni < kMT / 8; ++ni)
+      for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+          const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
           const float br = sB[r * kLdF + m], sv = sS[r * kLdF + m];
           const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
           dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + bf(sSp[r * kLdM + m]) * t[0][ni][e];  // S .* dS
           sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
         }
     }
-    warp_mma<1, VT / 8, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, 0, lane);
+    warp_mma<1, VT / 16, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, nv, lane);
 #pragma unroll
-    for (int ni = 0; ni < KT / 8; ++ni)
+    for (int ni = 0; ni < KT / 16; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dKa[0][ni][e] *= a.scale;
-    warp_mma<1, KT / 8, kMT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, 0, lane);
+    warp_mma<1, KT / 16, kMT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, nk, lane);
     const int64_t tok = int64_t(b) * d.T + ts;  // the slot gradients go to the rows of the tokens
 #pragma unroll
-    for (int ni = 0; ni < VT / 8; ++ni)
+    for (int ni = 0; ni < VT / 16; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        const int r = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
         if (r >= lo && r < n && col < d.V)
           *reinterpret_cast<uint32_t*>(a.dv + ((tok + r) * d.Hkv + j) * d.V + col) =
               pack_bf16(dVa[0][ni][e], dVa[0][ni][e + 1]);
       }
 #pragma unroll
-    for (int ni = 0; ni < KT / 8; ++ni)
+    for (int ni = 0; ni < KT / 16; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        const int r = m0 + frag_row(lane, e), col = nk + ni * 8 + frag_col(lane, e);
         if (r >= lo && r < n && col < d.K)
           *reinterpret_cast<uint32_t*>(a.dk + ((tok + r) * d.Hkv + j) * d.K + col) =
               pack_bf16(dKa[0][ni][e], dKa[0][ni][e + 1]);
       }
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni)
+    for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
+        const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
         if (r >= lo && r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
         sS[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];  // dB
       }
     __syncthreads();
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
       const int m = threadIdx.x;
-      float acc = sTail[m];
+      float acc = sTail[m] + sTail[kMT + m] + sTail[2 * kMT + m] + sTail[3 * kMT + m] + sTail[4 * kMT + m];
       for (int r = n - 1; r >= lo; --r) {
         acc += sS[r * kLdF + m];
         a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
@@ -530,7 +577,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 
 // B1 (kLocal) and B3 (kWin: with nha's window dqr). Grid (NC, B Hkv).
 template <int KT, int VT, bool kLocal, bool kWin = false>
-__global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
+__global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   if (chunk_guard<KT, VT>(a, d, smem))
     backward_chunk<KT, VT, kLocal, true, kWin>(a, d, smem);
@@ -542,6 +589,19 @@ __global__ void __launch_bounds__(kThreads) gsa_backward_kernel(BackwardArgs a, 
 template <int KT, int VT>
 size_t backward_smem(bool window = false) {
   return backward_smem_fixed<KT, VT>() + (window ? size_t(kC) * (KT + 8) * 2 : 0);
+}
+
+// The forward's kept chunk memories (GsaSaved::chunk_Hk, ...) as B0 would recompute them.
+States kept_states(const GsaSaved& sv, const ChunkDims& cd, const Dims& d) {
+  auto buffer = [&](const Tensor& t, int rows, int cols) {
+    HYB_CHECK(t.dtype() == DType::f32 && t.shape() == Shape({d.B, d.Hkv, cd.NC + 1, rows, cols}),
+              "gsa_backward_fused: the kept chunk memories are ", t.str(), "; expected (", d.B, ", ", d.Hkv, ", ",
+              cd.NC + 1, ", ", rows, ", ", cols, ") f32");
+    ChunkBuffer b;
+    b.t = t, b.slots = cd.NC + 1, b.rows = rows, b.cols = cols;
+    return b;
+  };
+  return {buffer(sv.chunk_Hk, d.K, d.M), buffer(sv.chunk_Hv, d.M, d.V), sv.chunk_decay};
 }
 
 }  // namespace
@@ -574,7 +634,8 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   const Dims d{int(gd.B), int(gd.T), int(gd.Hq), int(gd.Hkv), int(gd.group), int(gd.K), int(gd.V), int(gd.M),
                int(cd.NC), int(shift)};
   cudaStream_t stream = current_stream(dev.index);
-  const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);  // B0
+  const States st =  // B0, unless the forward kept them
+      sv.chunk_Hk.defined() ? kept_states(sv, cd, d) : forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);
   const ChunkBuffer Dk(cd, cd.NC + 1, gd.K, gd.M), Dv(cd, cd.NC + 1, gd.M, gd.V);
   chunk_slot_load(Dk, cd.NC, dHk.defined() ? dHk.contiguous() : Tensor());
   chunk_slot_load(Dv, cd.NC, dHv.defined() ? dHv.contiguous() : Tensor());
@@ -601,21 +662,21 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
     const size_t smem = backward_smem<KT, VT>();
     set_smem(gsa_backward_kernel<KT, VT, true>, smem);
-    gsa_backward_kernel<KT, VT, true><<<grid, kThreads, smem, stream>>>(a, d);  // B1
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kThreads, smem);
+    gsa_backward_kernel<KT, VT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
     state_scan(Dk, st.decay, d, false, true, stream);  // B2
     state_scan(Dv, st.decay, d, true, true, stream);
     if constexpr (KT == 64 && VT == 64)
       if (window) {
         const size_t wsmem = backward_smem<KT, VT>(true);
         set_smem(gsa_backward_kernel<KT, VT, false, true>, wsmem);
-        gsa_backward_kernel<KT, VT, false, true><<<grid, kThreads, wsmem, stream>>>(a, d);  // B3 with the window
-        HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (window)", grid, kThreads, wsmem);
+        gsa_backward_kernel<KT, VT, false, true><<<grid, kBwdThreads, wsmem, stream>>>(a, d);  // B3 with the window
+        HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (window)", grid, kBwdThreads, wsmem);
         return;
       }
     set_smem(gsa_backward_kernel<KT, VT, false>, smem);
-    gsa_backward_kernel<KT, VT, false><<<grid, kThreads, smem, stream>>>(a, d);  // B3
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kThreads, smem);
+    gsa_backward_kernel<KT, VT, false><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B3
+    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kBwdThreads, smem);
   });
   if (Hk0.defined()) {
     r.dHk0 = Tensor::empty(Hk0.shape(), DType::f32, dev);

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     float x[1][kC / 8][4];
     zero(x);
     warp_mma<1, kC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
-    store_tril(sA, kLdA, x, a.scale, m0, lane);
+    store_tril(sA, kLdA, x, a.scale, m0, 0, lane);
   }
   __syncwarp();  // the A1 rows this warp reads are the rows it wrote
   float z[1][kMT / 8][4];
@@ -254,9 +254,9 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
     for (int k0 = 0; k0 <= m0; k0 += 16)  // A1 is zero right of the diagonal block
       warp_mma<1, kMT / 8, 16, false, false>(z, sA + k0, kLdA, m0, sSw + k0 * kLdM, kLdM, 0, lane);
-    scale_rows(z, m0, lane, sB, sRef, 1.f);
+    scale_rows(z, m0, 0, lane, sB, sRef, 1.f);
   } else {
-    scale_rows(z, m0, lane, sB, nullptr, a.scale);
+    scale_rows(z, m0, 0, lane, sB, nullptr, a.scale);
     if (warp > 0) {
       float t[1][kMT / 8][4];
       zero(t);
@@ -368,11 +368,11 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   zero(a2);
   __syncwarp();  // every lane is done reading its Q rows
   if (fast) {
-    store_slots(sX, kLdX, z, m0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); });
+    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); });
     __syncwarp();
     warp_mma<1, kC / 8, kMT, false, true>(a2, sX, kLdX, m0, sSw, kLdM, 0, lane);
   } else {
-    store_slots(sX, kLdX, z, m0, lane, [](int, int) { return 1.f; });
+    store_slots(sX, kLdX, z, m0, 0, lane, [](int, int) { return 1.f; });
     __syncwarp();
 #pragma unroll
     for (int ni = 0; ni < kC / 8; ++ni)
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       }
     __syncwarp();
     const float* bw = sB + m0 * kLdF;
-    store_slots(sX, kLdX, z, m0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - bw[m]); });
+    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - bw[m]); });
     __syncwarp();
 #pragma unroll
     for (int nb = 0; nb < 3; ++nb)
@@ -401,9 +401,9 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
           for (int e = 0; e < 4; ++e) a2[0][2 * nb + u][e] += t[0][u][e];
       }
     __syncwarp();
-    store_slots(sX, kLdX, z, m0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m]); });
+    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m]); });
   }
-  store_tril(sA, kLdA, a2, 1.f, m0, lane);
+  store_tril(sA, kLdA, a2, 1.f, m0, 0, lane);
   __syncwarp();
   float o[1][VT / 8][4];
   zero(o);
@@ -520,7 +520,7 @@ bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
 }
 
 GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& s0, const Tensor& g0,
-                              const Tensor& Hk00, const Tensor& Hv00, double scale) {
+                              const Tensor& Hk00, const Tensor& Hv00, double scale, bool keep_states) {
   const GsaDims gd = gsa_dims("gsa_forward", q0, k0, v0, s0, g0, Hk00, Hv00);
   const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0), s = s0.contiguous(), g = g0.contiguous();
   const Tensor Hk0 = Hk00.defined() ? Hk00.contiguous() : Tensor(), Hv0 = Hv00.defined() ? Hv00.contiguous() : Tensor();
@@ -538,6 +538,7 @@ GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& 
                  d, stream);
   chunk_slot_store(r.Hk, st.Hk, cd.NC);
   chunk_slot_store(r.Hv, st.Hv, cd.NC);
+  if (keep_states) r.chunk_Hk = st.Hk.t, r.chunk_Hv = st.Hv.t, r.chunk_decay = st.decay;
   return r;
 }
 

@@ -74,8 +74,8 @@ GsaOutputs gsa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const double scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.K));
 #if HYBRID_CUDA
   if (q.is_cuda() && gsa_fused_supported(q, d)) {
-    GsaFusedOut y = gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale);
-    if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse};
+    GsaFusedOut y = gsa_forward_fused(q, k, v, s, g, Hk0, Hv0, scale, saved && p.save_chunk_states);
+    if (saved) *saved = {q, k, v, s, g, Hk0, Hv0, p, y.lse, y.chunk_Hk, y.chunk_Hv, y.chunk_decay};
     return {y.o, y.Hk, y.Hv};
   }
   if (q.is_cuda()) {

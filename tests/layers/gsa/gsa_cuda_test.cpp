@@ -2,7 +2,8 @@
 // and every gradient (q, k, v, s, g and the initial memories) under random final-memory gradients,
 // at T around the chunk (1, 37, 63, 64, 65, 130, 200), GQA and not, K, V and M off any tile, and
 // with gates strong enough that a chunk's total decay reaches e^-250, and with chunk decay ranges on
-// both sides of the kernels' mid-reference guard (60) in one call. The GSA mixer decoding on CUDA
+// both sides of the kernels' mid-reference guard (60) in one call; the fused path also with the chunk
+// memories kept from the forward (save_chunk_states). The GSA mixer decoding on CUDA
 // (one-token op calls from the carried memories) equals its parallel forward.
 #include <catch2/catch.hpp>
 
@@ -34,6 +35,7 @@ struct GsaCase {
   int64_t B, T, Hq, Hkv, K, V, M;
   bool states;
   double glo;  // gates uniform in [glo, -0.01]; a chunk's decay range is about 32 |glo|, the fused guard 60
+  bool keep = false;  // the fused path's backward reads the forward's chunk memories (save_chunk_states)
 };
 
 // q, k, v, the slot weights s and the gates g (seeds seed .. seed + 4), with states the initial memories
@@ -52,9 +54,10 @@ std::vector<Tensor> gsa_inputs(const GsaCase& c, uint64_t seed) {
 }
 
 // o and both final memories of gsa_inputs' tensors through the tape, at scale 0.4.
-std::vector<Var> gsa_outputs(const std::vector<Var>& x, bool states) {
+std::vector<Var> gsa_outputs(const std::vector<Var>& x, bool states, bool keep = false) {
   GsaParams p;
   p.scale = 0.4;
+  p.save_chunk_states = keep;
   GsaVars y = gsa(x[0], x[1], x[2], state_dtype(x[3], x[0]), state_dtype(x[4], x[0]),
                   states ? state_dtype(x[5], x[0]) : Var(), states ? state_dtype(x[6], x[0]) : Var(), p);
   return {y.o, y.Hk, y.Hv};
@@ -83,13 +86,16 @@ TEST_CASE("gsa fused bf16 path matches the recurrent cpu reference, outputs and 
   for (const GsaCase& c : {GsaCase{2, 37, 4, 2, 16, 16, 8, false, -0.9}, GsaCase{1, 1, 2, 2, 8, 8, 4, true, -0.9},
                         GsaCase{1, 130, 2, 1, 64, 64, 64, true, -0.9}, GsaCase{1, 150, 2, 2, 128, 128, 64, true, -1.6},
                         GsaCase{1, 200, 4, 2, 32, 48, 40, true, -10.0}, GsaCase{2, 65, 3, 1, 72, 24, 5, false, -0.5},
-                        GsaCase{1, 129, 2, 2, 64, 120, 33, true, -3.0}}) {
+                        GsaCase{1, 129, 2, 2, 64, 120, 33, true, -3.0},
+                        GsaCase{2, 150, 4, 2, 64, 64, 48, true, -0.9, true},
+                        GsaCase{1, 130, 2, 1, 128, 64, 64, false, -3.0, true}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " K " << c.K << " V " << c.V
-                         << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo) {
+                         << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo
+                         << (c.keep ? ", chunk memories kept from the forward" : "")) {
       const std::vector<Tensor> in = gsa_inputs(c, 11);
       ParityOptions opt;
       opt.f32 = false;  // f32 runs the generic kernels, covered above
-      auto r = cuda_parity([&](const std::vector<Var>& x) { return gsa_outputs(x, c.states); }, in, opt);
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return gsa_outputs(x, c.states, c.keep); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
     }
@@ -106,3 +112,4 @@ TEST_CASE("GSA on cuda: decoding token by token and from prefills equals the par
   require_mixer_decode_matches_forward(
       layer, {.device = Device::cuda(0), .dtype = DType::f32, .d_model = 16, .T = 70, .prefills = {0, 1, 66}, .tol = 1e-4});
 }
+
