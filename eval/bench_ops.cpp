@@ -446,7 +446,7 @@ std::vector<BenchCase> make_cases(const std::string& filter) {
   }
   // gsa m = 64 and nha m = 32, w = 32 (token shift 32, RoPE on the window) fwd+bwd, B*T = 32768,
   // Hq = Hkv = 16, head dims 64, bf16 with s and g in f32 (gsa.md 4.6 and 4.8, nha.md 6).
-  if (want({"gsa_fwd_bwd", "nha_fwd_bwd"})) {
+  if (want({"gsa_fwd_bwd", "gsa_fwd_bwd_kept", "nha_fwd_bwd"})) {
     // FLOPs: gsa.md 4.6's tile units (fwd 8, bwd 22 units of 8192 per token-head); nha.md 6's dense
     // tiles (fwd 65.5 kFLOP per token-head, bwd 2x fwd + one state recompute). Bytes: the minimal
     // fused traffic: fwd reads q, k, v, s, g and writes o, lse; bwd reads those, dO and lse and writes
@@ -463,12 +463,16 @@ std::vector<BenchCase> make_cases(const std::string& filter) {
         const double bytes = (3 * act + 2 * slot + act + lse) + (4 * act + 2 * slot + lse + 3 * act + 2 * slot);
         const double fwd = th * (nha ? 65536.0 : 8 * 8192.0), bwd = th * (nha ? 2 * 65536.0 + 8192.0 : 22 * 8192.0);
         if (!nha) {
-          cases.push_back({"gsa_fwd_bwd", str_cat("B", B, " T", T, " H", H, " K V 64 M", M, " bf16"), bytes, fwd + bwd,
-                           [=] {
-                             GsaSaved sv;
-                             gsa_forward(q, k, v, s, g, Tensor(), Tensor(), GsaParams{}, &sv);
-                             gsa_backward(sv, dout, Tensor(), Tensor(), GradMask{31});
-                           }});
+          for (bool keep : {false, true}) {  // the op's default, then save_chunk_states (the forward's memories kept)
+            GsaParams p;
+            p.save_chunk_states = keep;
+            cases.push_back({keep ? "gsa_fwd_bwd_kept" : "gsa_fwd_bwd",
+                             str_cat("B", B, " T", T, " H", H, " K V 64 M", M, " bf16"), bytes, fwd + bwd, [=] {
+                               GsaSaved sv;
+                               gsa_forward(q, k, v, s, g, Tensor(), Tensor(), p, &sv);
+                               gsa_backward(sv, dout, Tensor(), Tensor(), GradMask{31});
+                             }});
+          }
         } else {
           NhaParams p;
           p.window = 32;
