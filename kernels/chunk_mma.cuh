@@ -126,6 +126,22 @@ __device__ __forceinline__ void load_rows(bf16x* s, const bf16x* head, int64_t r
   }
 }
 
+// load_rows without its wait (and without rowscale): the rows go out as 16-byte cp.async copies, zero-filled
+// outside the rows [0, T) and the D columns, and land after flash::cp_async_commit and cp_async_wait, so
+// that a kernel's tiles are in flight together.
+template <int ROWS, int DT, int NTHREADS>
+__device__ __forceinline__ void load_rows_async(bf16x* s, const bf16x* head, int64_t row_stride, int t0, int T,
+                                                int D) {
+  constexpr int kVec = DT / 8, kIters = ROWS * kVec / NTHREADS;
+  static_assert(ROWS * kVec % NTHREADS == 0, "the tile splits evenly over the threads");
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int x = it * NTHREADS + threadIdx.x, r = x / kVec, c8 = (x % kVec) * 8;
+    const bool ok = t0 + r >= 0 && t0 + r < T && c8 < D;
+    flash::cp_async16(smem_u32(s + r * (DT + 8) + c8), ok ? head + int64_t(t0 + r) * row_stride + c8 : head, ok);
+  }
+}
+
 // Sum over the block (NWARPS warps) of one float per thread; every thread gets the total, summed in
 // warp order. red: NWARPS floats.
 template <int NWARPS>

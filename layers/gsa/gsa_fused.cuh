@@ -86,28 +86,42 @@ __device__ __forceinline__ void load_gates(const float* g, const float* s, int64
   __syncthreads();
 }
 
-// An fp32 R x Cc matrix (row-major) into a bf16 [RT][CT] tile of row stride ld, times colscale[c] or
-// rowscale[r] when given; zeros outside R x Cc. NTHREADS threads take part.
+// An fp32 R x Cc matrix (row-major) in registers, NTHREADS threads holding two adjacent elements an item:
+// fetch issues every load at once, early (before the gates are summed, say), and store writes the bf16
+// [RT][CT] tile of row stride ld, times colscale[c] or rowscale[r] when given; zeros outside R x Cc.
 template <int RT, int CT, int NTHREADS = kThreads>
-__device__ __forceinline__ void load_state(bf16x* s, int ld, const float* src, int R, int Cc, const float* rowscale,
-                                           const float* colscale) {
-  constexpr int kIters = RT * CT / 2 / NTHREADS, kBatch = kIters < kLoadBatch ? kIters : kLoadBatch;
-  static_assert(kIters % kBatch == 0, "whole batches");
-  for (int i0 = 0; i0 < kIters; i0 += kBatch) {
-    float v[kBatch][2];
+struct StateRegs {
+  static constexpr int kIters = RT * CT / 2 / NTHREADS;
+  static_assert(RT * CT / 2 % NTHREADS == 0, "the tile splits evenly over the threads");
+  float v[kIters][2];
+  __device__ __forceinline__ void fetch(const float* src, int R, int Cc) {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
+    for (int u = 0; u < kIters; ++u) {
+      const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
       v[u][0] = r < R && c < Cc ? src[int64_t(r) * Cc + c] : 0.f;
       v[u][1] = r < R && c + 1 < Cc ? src[int64_t(r) * Cc + c + 1] : 0.f;
     }
+  }
+  __device__ __forceinline__ void store(bf16x* s, int ld, const float* rowscale, const float* colscale) const {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
+    for (int u = 0; u < kIters; ++u) {
+      const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
       const float f = rowscale ? rowscale[r] : 1.f;
       const float f0 = colscale ? colscale[c] : 1.f, f1 = colscale ? colscale[c + 1] : 1.f;
       *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack_bf16(v[u][0] * f0 * f, v[u][1] * f1 * f);
     }
+  }
+};
+
+// StateRegs' fetch and store at once, kLoadBatch items a thread at a time.
+template <int RT, int CT, int NTHREADS = kThreads>
+__device__ __forceinline__ void load_state(bf16x* s, int ld, const float* src, int R, int Cc, const float* rowscale,
+                                           const float* colscale) {
+  constexpr int kRows = 2 * kLoadBatch * NTHREADS / CT < RT ? 2 * kLoadBatch * NTHREADS / CT : RT;
+  for (int r0 = 0; r0 < RT; r0 += kRows) {
+    StateRegs<kRows, CT, NTHREADS> x;
+    x.fetch(src + int64_t(r0) * Cc, R - r0, Cc);
+    x.store(s + r0 * ld, ld, rowscale ? rowscale + r0 : nullptr, colscale);
   }
 }
 

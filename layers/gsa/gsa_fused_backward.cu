@@ -37,7 +37,7 @@ namespace {
 
 using chunk_mma::bp;
 using chunk_mma::bp_mut;
-using chunk_mma::load_rows;
+using chunk_mma::load_rows_async;
 using chunk_mma::rows16;
 using chunk_mma::set_smem;
 using chunk_mma::warp_mma;
@@ -170,10 +170,12 @@ __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
   // Rows before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
-  load_rows<kC, KT, kBwdThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                                 nullptr);
-  load_rows<2 * kC, KT, kBwdThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
-  load_rows<2 * kC, VT, kBwdThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
+  load_rows_async<kC, KT, kBwdThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
+                                       d.K);
+  load_rows_async<2 * kC, KT, kBwdThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K);
+  load_rows_async<2 * kC, VT, kBwdThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V);
+  flash::cp_async_commit();
+  flash::cp_async_wait<0>();
   __syncthreads();
   float delta[2];
 #pragma unroll
@@ -220,8 +222,29 @@ __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, 
   __syncthreads();  // every warp is done with Kr before the slot products write the scratch tiles
 }
 
+// The tiles of q and dO of query head h (sQ, sDO: the first two of the backward's tiles), asynchronously.
+template <int KT, int VT>
+__device__ __forceinline__ void load_head_async(const BackwardArgs& a, const Dims& d, unsigned char* smem, int h) {
+  bf16x* sQ = reinterpret_cast<bf16x*>(smem);
+  bf16x* sDO = sQ + 2 * kC * (KT + 8) + kC * (VT + 8);
+  const int b = blockIdx.y / d.Hkv, t0 = blockIdx.x * kC;
+  load_rows_async<kC, KT, kBwdThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
+                                       d.K);
+  load_rows_async<kC, VT, kBwdThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0,
+                                       d.T, d.V);
+  flash::cp_async_commit();
+}
+
+template <int KT>
+using HkRegs = StateRegs<KT, kMT, kBwdThreads>;
+template <int VT>
+using HvRegs = StateRegs<kMT, VT, kBwdThreads>;
+
+// hk, hv: the chunk-start memories, fetched (gsa_backward_kernel); k, v and the first head's q, dO are
+// in flight to their tiles.
 template <int KT, int VT, bool kLocal, bool kFast, bool kWin>
-__device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
+__device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem,
+                                               const HkRegs<KT>& hk, const HvRegs<VT>& hv) {
   constexpr bool fast = kFast;
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
@@ -252,10 +275,6 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   const int n0 = half * kHalf, nk = half * KT / 2, nv = half * VT / 2;
   // The slot stream's first token and token count, and the chunk's first row that holds a token.
   const int ts = t0 - d.shift, Ts = d.T - d.shift, lo = max(0, -ts);
-  load_rows<kC, KT, kBwdThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
-                                 nullptr);
-  load_rows<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
-                                 nullptr);
   __syncthreads();  // every thread has read the range
   if (threadIdx.x < kMT) {
     const int m = threadIdx.x;
@@ -265,8 +284,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   }
   __syncthreads();
   const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V;
-  load_state<KT, kMT, kBwdThreads>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM, d.K, d.M, nullptr, sSc);
-  load_state<kMT, VT, kBwdThreads>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV, d.M, d.V, sSc, nullptr);
+  hk.store(sHk, kLdM, nullptr, sSc);
+  hv.store(sHv, VT + 8, sSc, nullptr);
   if constexpr (fast)
     for (int x = threadIdx.x; x < kC * kMT / 2; x += kBwdThreads) {
       const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
@@ -299,12 +318,10 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   for (int hi = 0; hi < d.G; ++hi) {
     const int h = j * d.G + hi;
     __syncthreads();  // the previous head is done with every tile (the first: the memory tiles are written)
-    load_rows<kC, KT, kBwdThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                                   nullptr);
-    load_rows<kC, VT, kBwdThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T,
-                                   d.V, nullptr);
+    if (hi > 0) load_head_async<KT, VT>(a, d, smem, h);  // the first head's went out with the kernel's start
     for (int x = threadIdx.x; x < kC; x += kBwdThreads)
       sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    flash::cp_async_wait<0>();
     __syncthreads();
     if constexpr (kWin)
       window_dq<KT, VT>(a, d, reinterpret_cast<bf16x*>(smem + backward_smem_fixed<KT, VT>()), sA1, sDO, sL, h);
@@ -579,10 +596,24 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 template <int KT, int VT, bool kLocal, bool kWin = false>
 __global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
+  // Every load the chunk starts with goes out before the gates are summed: k, v and the first head's q,
+  // dO asynchronously to their tiles, the fp32 memories into registers.
+  const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, ts = c * kC - d.shift;
+  bf16x* sK = reinterpret_cast<bf16x*>(smem) + kC * (KT + 8);
+  bf16x* sV = sK + kC * (KT + 8);
+  load_rows_async<kC, KT, kBwdThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts,
+                                       d.T - d.shift, d.K);
+  load_rows_async<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts,
+                                       d.T - d.shift, d.V);
+  load_head_async<KT, VT>(a, d, smem, j * d.G);
+  HkRegs<KT> hk;
+  HvRegs<VT> hv;
+  hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
+  hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
   if (chunk_guard<KT, VT>(a, d, smem))
-    backward_chunk<KT, VT, kLocal, true, kWin>(a, d, smem);
+    backward_chunk<KT, VT, kLocal, true, kWin>(a, d, smem, hk, hv);
   else
-    backward_chunk<KT, VT, kLocal, false, kWin>(a, d, smem);
+    backward_chunk<KT, VT, kLocal, false, kWin>(a, d, smem, hk, hv);
 }
 
 // kWin adds sQr [64][KT + 8] past the fixed part.

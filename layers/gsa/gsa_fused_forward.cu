@@ -41,7 +41,7 @@ namespace {
 
 using chunk_mma::bp;
 using chunk_mma::bp_mut;
-using chunk_mma::load_rows;
+using chunk_mma::load_rows_async;
 using chunk_mma::max_smem;
 using chunk_mma::rows16;
 using chunk_mma::set_smem;
@@ -67,10 +67,9 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the chunk's first token and the token count
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
-  load_rows<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
-                              nullptr);
-  load_rows<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
-                              nullptr);
+  load_rows_async<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K);
+  load_rows_async<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V);
+  flash::cp_async_commit();  // waited for with the gates
   load_gates(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr);
   const float* bl = sB + (n - 1) * kLdF;
   for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
@@ -81,6 +80,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
         pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
   }
   if (threadIdx.x < d.M) decay[(int64_t(bj) * d.NC + c) * d.M + threadIdx.x] = __expf(bl[threadIdx.x]);
+  flash::cp_async_wait<0>();
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   {  // Kc^T SR: warps split the KT rows
@@ -177,31 +177,30 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq, j = h / d.G, t0 = c * kC;
   const int n = min(kC, d.T - t0), bj = b * d.Hkv + j;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
-  load_rows<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                              nullptr);
+  // Every load goes out before the gates are summed: the bf16 tiles asynchronously, the fp32 memories into
+  // registers.
+  load_rows_async<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K);
   const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the slot stream's first token and token count
-  load_rows<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K,
-                              nullptr);
-  load_rows<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V,
-                              nullptr);
+  load_rows_async<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K);
+  load_rows_async<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V);
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
   if constexpr (kWin) {
     const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
-    load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                                nullptr);
-    load_rows<kC, KT, kThreads>(sKr + kC * (KT + 8), a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K, nullptr);
-    load_rows<kC, VT, kThreads>(sVw + kC * (VT + 8), a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V, nullptr);
-    if (c > 0) {
-      load_rows<kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
-      load_rows<kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
-    } else {  // no previous chunk: zeros, so that the masked products stay 0 (not 0 * NaN)
-      for (int x = threadIdx.x; x < kC * (KT + 8) / 2; x += kThreads) reinterpret_cast<uint32_t*>(sKr)[x] = 0u;
-      for (int x = threadIdx.x; x < kC * (VT + 8) / 2; x += kThreads) reinterpret_cast<uint32_t*>(sVw)[x] = 0u;
-    }
+    load_rows_async<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
+                                      d.K);
+    // The previous chunk's keys and this one's; rows before token 0 are zeros, so that the masked products
+    // stay 0 (not 0 * NaN).
+    load_rows_async<2 * kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K);
+    load_rows_async<2 * kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V);
     if (threadIdx.x < kC)
       sBias[threadIdx.x] =
           a.bias && threadIdx.x < a.window ? __bfloat162float(a.bias[int64_t(h) * a.nb + threadIdx.x]) : 0.f;
   }
+  flash::cp_async_commit();
+  StateRegs<KT, kMT> hk;
+  StateRegs<kMT, VT> hv;
+  hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
+  hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
   load_gates(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi);
   float range = 0.f;
   for (int m = 0; m < kMT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
@@ -214,8 +213,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     sHi[m] = __expf(ref);
   }
   __syncthreads();
-  load_state<KT, kMT>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M, nullptr, sHi);
-  load_state<kMT, VT>(sHv, VT + 8, a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V, sHi, nullptr);
+  hk.store(sHk, kLdM, nullptr, sHi);
+  hv.store(sHv, VT + 8, sHi, nullptr);
   bf16x* sW = sSw + 8 * warp * (warp - 1) * kLdM;  // fallback: warp w's rows j < 16 w
   if (fast) {
     for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
@@ -235,6 +234,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
           pack_bf16(sr[m] * __expf(bw[m] - br[m]), sr[m + 1] * __expf(bw[m + 1] - br[m + 1]));
     }
   }
+  flash::cp_async_wait<0>();
   __syncthreads();
 
   {  // A1 = scale tril(Q Kc^T), the warp's rows
