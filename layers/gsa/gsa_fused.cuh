@@ -157,13 +157,13 @@ __device__ __forceinline__ void store_slots(bf16x* s, int ld, const float (&acc)
 }
 
 template <int NT>
-__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int n0, int lane, const float* sB,
-                                           const float* ref, float f) {
+__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int lane, const float* sB, const float* ref,
+                                           float f) {
 #pragma unroll
   for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
+      const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
       acc[0][ni][e] *= f * __expf(sB[r * kLdF + m] - (ref ? ref[m] : 0.f));
     }
 }

@@ -41,6 +41,7 @@ using chunk_mma::load_rows_async;
 using chunk_mma::rows16;
 using chunk_mma::set_smem;
 using chunk_mma::warp_mma;
+using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 // B1 and B3 run 8 warps: warp w owns the chunk rows 16 (w % 4) .. + 15 and the column half w / 4 of every
@@ -183,34 +184,39 @@ __device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, 
     const int r = m0 + lane / 4 + 8 * hh;
     delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
   }
-  {
-    const int w0 = half * kC;  // the warp's keys in the 128
-    float sw[1][kC / 8][4], dpw[1][kC / 8][4];
-    zero(sw);
-    warp_mma<1, kC / 8, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, w0, lane);
-    zero(dpw);
-    warp_mma<1, kC / 8, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, w0, lane);
+  // The rows' window keys lie in the 16-key blocks kb_lo .. kb_hi of the 128 (key column x at distance
+  // r + kC - x from row r); the blocks outside are all zero in dS_w and are neither formed nor read.
+  const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
 #pragma unroll
-    for (int ni = 0; ni < kC / 8; ++ni)
+  for (int nb = 0; nb < kC / 16; ++nb) {  // the warp's half of the blocks
+    const int kb = half * kC / 16 + nb;
+    if (kb < kb_lo || kb > kb_hi) continue;
+    float sw[1][2][4], dpw[1][2][4];
+    zero(sw);
+    warp_mma<1, 2, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, 16 * kb, lane);
+    zero(dpw);
+    warp_mma<1, 2, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, 16 * kb, lane);
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = m0 + frag_row(lane, 2 * hh), x = w0 + ni * 8 + frag_col(lane, 0);
+        const int r = m0 + frag_row(lane, 2 * hh), x = 16 * kb + 8 * u + frag_col(lane, 0);
         float ds[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {  // key column x + e = key t0 - kC + x + e at distance r + kC - x - e
           const int dist = r + kC - x - e;
           const bool in = dist >= 0 && dist < a.window && (c > 0 || x + e >= kC);
-          const float p = in ? __expf(a.scale * sw[0][ni][2 * hh + e] - sL[r]) : 0.f;
-          ds[e] = p * (dpw[0][ni][2 * hh + e] - delta[hh]);
+          const float p = in ? __expf(a.scale * sw[0][u][2 * hh + e] - sL[r]) : 0.f;
+          ds[e] = p * (dpw[0][u][2 * hh + e] - delta[hh]);
         }
         *reinterpret_cast<uint32_t*>(sdS + r * kLdW + x) = pack_bf16(ds[0], ds[1]);
       }
   }
-  __syncthreads();  // both key halves of dS_w
+  __syncthreads();  // both halves' blocks of dS_w
   const int nk = half * KT / 2;
   float x[1][KT / 16][4];
   zero(x);
-  warp_mma<1, KT / 16, 2 * kC, false, false>(x, sdS, kLdW, m0, sKr, KT + 8, nk, lane);
+  warp_mma_range<1, KT / 16, false, false>(x, sdS, kLdW, m0, sKr, KT + 8, nk, 16 * kb_lo, 16 * (kb_hi + 1), lane);
   float* dqr = a.dqr + (int64_t(b) * d.T * d.Hq + h) * d.K;
 #pragma unroll
   for (int ni = 0; ni < KT / 16; ++ni)
@@ -349,8 +355,15 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         warp_mma<1, kHalf / 8, 16, false, false>(z, sA1 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, n0, lane);
         warp_mma<1, kHalf / 8, 16, false, false>(dp, sdA2 + k0, kLdA, m0, sSp + k0 * kLdM, kLdM, n0, lane);
       }
-    scale_rows(z, m0, n0, lane, sB, sRef, 1.f);
-    scale_rows(dp, m0, n0, lane, sB, sRef, 1.f);
+    float ex[kHalf / 8][4];  // exp(b - ref) of the warp's fragment (the fallback: exp(b), Dec)
+#pragma unroll
+    for (int ni = 0; ni < kHalf / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        ex[ni][e] = ei(m0 + frag_row(lane, e), n0 + ni * 8 + frag_col(lane, e));
+        z[0][ni][e] *= ex[ni][e];
+        dp[0][ni][e] *= ex[ni][e];
+      }
     if constexpr (!fast) {
       ew_rows(z, sA1, sB, sS, m0, n0, lane);
       ew_rows(dp, sdA2, sB, sS, m0, n0, lane);
@@ -385,18 +398,24 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         delta[hh] = sPart[r] + sPart[kC + r];  // the same order in both warps of the row block
       }
     }
+    // Pe = P .* ex and dZe = dZ .* ex go to their tiles from here.
 #pragma unroll
     for (int ni = 0; ni < kHalf / 8; ++ni) {
-      float x[4];
+      float x[4], pe[4], dze[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
         const float p = m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
+        pe[e] = p * ex[ni][e];
+        dze[e] = dz * ex[ni][e];
         // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
         // terms of Z .* dZ + P .* dP and S .* dS cancel to well below either, and only cancel with one
-        // rounding on both sides.
-        const float f = fast ? ei(r, m) : 1.f;
-        x[e] = z[0][ni][e] * (rounded(dz * f) / f) + (rounded(p * f) / f) * dp[0][ni][e];
+        // rounding on both sides. (The fallback's products read P and dZ unscaled.)
+        if constexpr (fast)
+          x[e] = z[0][ni][e] * __fdividef(rounded(dze[e]), ex[ni][e]) +
+                 __fdividef(rounded(pe[e]), ex[ni][e]) * dp[0][ni][e];
+        else
+          x[e] = z[0][ni][e] * rounded(dz) + rounded(p) * dp[0][ni][e];
         z[0][ni][e] = dz;
         dp[0][ni][e] = p;
       }
@@ -405,9 +424,14 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         acc.x += x[0], acc.y += x[1], acc.z += x[2], acc.w += x[3];
         myDB[ni * 32] = acc;
       }
+      const int r = m0 + frag_row(lane, 0), col = n0 + ni * 8 + frag_col(lane, 0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (kLocal || fast)
+          *reinterpret_cast<uint32_t*>(sPe + (r + 8 * h) * kLdM + col) = pack_bf16(pe[2 * h], pe[2 * h + 1]);
+        *reinterpret_cast<uint32_t*>(sdZe + (r + 8 * h) * kLdM + col) = pack_bf16(dze[2 * h], dze[2 * h + 1]);
+      }
     }
-    if (kLocal || fast) store_slots(sPe, kLdM, dp, m0, n0, lane, ei);
-    store_slots(sdZe, kLdM, z, m0, n0, lane, ei);
     if constexpr (kLocal) {
       __syncthreads();
       warp_mma<1, VT / 16, kC, true, false>(Uv, sPe, kLdM, m0, sDO, VT + 8, nv, lane);

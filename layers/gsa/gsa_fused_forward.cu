@@ -46,6 +46,7 @@ using chunk_mma::max_smem;
 using chunk_mma::rows16;
 using chunk_mma::set_smem;
 using chunk_mma::warp_mma;
+using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 // F1. Grid (NC, B Hkv). inc_k (B Hkv, NC + 1, K, M) and inc_v (B Hkv, NC + 1, M, V) get the chunk's
@@ -254,9 +255,9 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
     for (int k0 = 0; k0 <= m0; k0 += 16)  // A1 is zero right of the diagonal block
       warp_mma<1, kMT / 8, 16, false, false>(z, sA + k0, kLdA, m0, sSw + k0 * kLdM, kLdM, 0, lane);
-    scale_rows(z, m0, 0, lane, sB, sRef, 1.f);
+    scale_rows(z, m0, lane, sB, sRef, 1.f);
   } else {
-    scale_rows(z, m0, 0, lane, sB, nullptr, a.scale);
+    scale_rows(z, m0, lane, sB, nullptr, a.scale);
     if (warp > 0) {
       float t[1][kMT / 8][4];
       zero(t);
@@ -293,20 +294,28 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       if (ni * 8 + frag_col(lane, e) >= d.M) z[0][ni][e] = -INFINITY;
       mx[e / 2] = fmaxf(mx[e / 2], z[0][ni][e]);
     }
-  // kWin: the window logits of the rows, key column x = key t0 - kC + x at distance r + kC - x from row r.
-  float wl[1][kWin ? 2 * kC / 8 : 2][4];
+  // kWin: the window logits of the rows, key column x = key t0 - kC + x at distance r + kC - x from row r,
+  // in 16-key blocks; the rows' window keys lie in the blocks kb_lo .. kb_hi, the others are neither formed
+  // nor read (their probabilities are 0).
+  constexpr int kWb = kWin ? 2 * kC / 16 : 1;
+  float wl[kWb][1][2][4];
+  const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
   if constexpr (kWin) {
-    zero(wl);
-    warp_mma<1, 2 * kC / 8, KT, false, true>(wl, sQr, KT + 8, m0, sKr, KT + 8, 0, lane);
 #pragma unroll
-    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+    for (int nb = 0; nb < kWb; ++nb) {
+      if (nb < kb_lo || nb > kb_hi) continue;
+      zero(wl[nb]);
+      warp_mma<1, 2, KT, false, true>(wl[nb], sQr, KT + 8, m0, sKr, KT + 8, 16 * nb, lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), x = ni * 8 + frag_col(lane, e), dist = r + kC - x;
-        const bool in = dist >= 0 && dist < a.window && (c > 0 || x >= kC);
-        wl[0][ni][e] = in ? a.scale * wl[0][ni][e] + sBias[in ? dist : 0] : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], wl[0][ni][e]);
-      }
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + frag_row(lane, e), x = 16 * nb + 8 * u + frag_col(lane, e), dist = r + kC - x;
+          const bool in = dist >= 0 && dist < a.window && (c > 0 || x >= kC);
+          wl[nb][0][u][e] = in ? a.scale * wl[nb][0][u][e] + sBias[in ? dist : 0] : -INFINITY;
+          mx[e / 2] = fmaxf(mx[e / 2], wl[nb][0][u][e]);
+        }
+    }
   }
   float sum[2] = {0.f, 0.f};
   if constexpr (kWin) {
@@ -316,12 +325,16 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
     }
 #pragma unroll
-    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+    for (int nb = 0; nb < kWb; ++nb) {
+      if (nb < kb_lo || nb > kb_hi) continue;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        wl[0][ni][e] = __expf(wl[0][ni][e] - mx[e / 2]);
-        sum[e / 2] += wl[0][ni][e];
-      }
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          wl[nb][0][u][e] = __expf(wl[nb][0][u][e] - mx[e / 2]);
+          sum[e / 2] += wl[nb][0][u][e];
+        }
+    }
   }
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -347,13 +360,17 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     for (int e = 0; e < 4; ++e) z[0][ni][e] *= inv[e / 2];
   if constexpr (kWin)
 #pragma unroll
-    for (int ni = 0; ni < 2 * kC / 8; ++ni)
+    for (int nb = 0; nb < kWb; ++nb) {
+      if (nb < kb_lo || nb > kb_hi) continue;
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), x = ni * 8 + frag_col(lane, e);
-        *reinterpret_cast<uint32_t*>(sPw + r * kLdW + x) =
-            pack_bf16(wl[0][ni][e] * inv[e / 2], wl[0][ni][e + 1] * inv[e / 2]);
-      }
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r = m0 + frag_row(lane, e), x = 16 * nb + 8 * u + frag_col(lane, e);
+          *reinterpret_cast<uint32_t*>(sPw + r * kLdW + x) =
+              pack_bf16(wl[nb][0][u][e] * inv[e / 2], wl[nb][0][u][e + 1] * inv[e / 2]);
+        }
+    }
   if (lane % 4 == 0)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -410,10 +427,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   warp_mma<1, VT / 8, kMT, false, false>(o, sX, kLdX, m0, sHv, VT + 8, 0, lane);
   for (int k0 = 0; k0 <= m0; k0 += 16)  // A2 is zero right of the diagonal block
     warp_mma<1, VT / 8, 16, false, false>(o, sA + k0, kLdA, m0, sV + k0 * (VT + 8), VT + 8, 0, lane);
-  if constexpr (kWin) {  // the warp wrote its sPw rows before the A2 barrier above
-    if (c > 0) warp_mma<1, VT / 8, kC, false, false>(o, sPw, kLdW, m0, sVw, VT + 8, 0, lane);
-    warp_mma<1, VT / 8, kC, false, false>(o, sPw + kC, kLdW, m0, sVw + kC * (VT + 8), VT + 8, 0, lane);
-  }
+  if constexpr (kWin)  // the warp wrote its sPw rows before the A2 barrier above
+    warp_mma_range<1, VT / 8, false, false>(o, sPw, kLdW, m0, sVw, VT + 8, 0, 16 * kb_lo, 16 * (kb_hi + 1), lane);
   bf16x* ob = a.o + (int64_t(b) * d.T * d.Hq + h) * d.V;
 #pragma unroll
   for (int ni = 0; ni < VT / 8; ++ni)

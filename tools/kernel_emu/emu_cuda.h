@@ -208,6 +208,7 @@ T __shfl_up_sync(unsigned, T v, unsigned delta) {
   return emu::shfl_from(v, src < 0 ? int(emu::lane()) : src);
 }
 inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
