@@ -280,7 +280,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   // The warp's first column: of the slots and the score columns, of K, of V.
   const int n0 = half * kHalf, nk = half * KT / 2, nv = half * VT / 2;
   // The slot stream's first token and token count, and the chunk's first row that holds a token.
-  const int ts = t0 - d.shift, Ts = d.T - d.shift, lo = max(0, -ts);
+  const int ts = t0 - d.shift, lo = max(0, -ts);
   __syncthreads();  // every thread has read the range
   if (threadIdx.x < kMT) {
     const int m = threadIdx.x;

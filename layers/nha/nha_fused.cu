@@ -72,7 +72,7 @@ struct WindowKvArgs {
   int window;  // 1 .. kC
 };
 
-constexpr int kWinLd = kC + 8;  // row stride of the per-warp P^T and dS^T tiles
+constexpr int kWinLd = 16 + 8;  // row stride of the per-warp P^T and dS^T tiles of one 16-query block
 template <int KT, int VT>
 constexpr size_t window_kv_smem() {
   return size_t(kC * (KT + 8) + kC * (VT + 8) + 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * kC * kWinLd) *
@@ -82,10 +82,11 @@ constexpr size_t window_kv_smem() {
 
 // The window's key and value gradients (nha.md 5.3) key-major, as the flash-attention backward: one CTA
 // per (chunk of 64 keys, b, kv head), each warp owning 16 keys; for every query head of the group the
-// queries that see those keys are the chunk's rows and the next chunk's (window <= 64), taken as two
-// halves of 64. Per half: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor cores, P^T = exp(scale S^T - lse)
-// inside the window, dS^T = P^T .* (dP^T - delta), then dV += P^T dO and dKr += dS^T Qr with P^T, dS^T
-// through the warp's own bf16 tiles. The sums stay in registers across heads: no atomics, one write.
+// queries that see those keys are the chunk's rows and the next chunk's (window <= 64), of which a warp
+// takes the 16-query blocks that reach its keys. Per block: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor
+// cores, P^T = exp(scale S^T - lse) inside the window, dS^T = P^T .* (dP^T - delta), then dV += P^T dO and
+// dKr += dS^T Qr with P^T, dS^T through the warp's own bf16 tiles. The sums stay in registers across
+// heads: no atomics, one write.
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowKvArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -119,36 +120,37 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowKvArgs a,
       sD[x] = in ? a.delta[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
     }
     __syncthreads();
-    for (int half = 0; half < halves; ++half) {
-      const bf16x* q = sQr + half * kC * (KT + 8);
-      const bf16x* o = sDO + half * kC * (VT + 8);
+    // The warp's keys t0 + m0 .. + 15 are seen by the queries t0 + m0 .. t0 + m0 + 14 + window: the 16-query
+    // blocks qb_lo .. qb_hi of the 128 (the others hold only zeros of P^T and dS^T and are skipped).
+    const int qb_hi = min(halves * kC / 16 - 1, (m0 + 14 + a.window) / 16);
+    for (int qb = warp; qb <= qb_hi; ++qb) {
       {
-        float st[1][kC / 8][4], dpt[1][kC / 8][4];
+        float st[1][2][4], dpt[1][2][4];
         zero(st);
-        warp_mma<1, kC / 8, KT, false, true>(st, sKr, KT + 8, m0, q, KT + 8, 0, lane);
+        warp_mma<1, 2, KT, false, true>(st, sKr, KT + 8, m0, sQr, KT + 8, 16 * qb, lane);
         zero(dpt);
-        warp_mma<1, kC / 8, VT, false, true>(dpt, sVw, VT + 8, m0, o, VT + 8, 0, lane);
+        warp_mma<1, 2, VT, false, true>(dpt, sVw, VT + 8, m0, sDO, VT + 8, 16 * qb, lane);
 #pragma unroll
-        for (int ni = 0; ni < kC / 8; ++ni)
+        for (int u = 0; u < 2; ++u)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int r = m0 + frag_row(lane, 2 * hh), x = ni * 8 + frag_col(lane, 0);
+            const int r = m0 + frag_row(lane, 2 * hh), x = u * 8 + frag_col(lane, 0);
             float p[2], ds[2];
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {  // key t0 + r, query t0 + half kC + x + e
-              const int qx = half * kC + x + e, dist = qx - r;
+            for (int e = 0; e < 2; ++e) {  // key t0 + r, query t0 + 16 qb + x + e
+              const int qx = 16 * qb + x + e, dist = qx - r;
               const bool in = dist >= 0 && dist < a.window && r < n && t0 + qx < d.T;
-              p[e] = in ? __expf(a.scale * st[0][ni][2 * hh + e] - sL[qx]) : 0.f;
-              ds[e] = p[e] * (dpt[0][ni][2 * hh + e] - sD[qx]);
+              p[e] = in ? __expf(a.scale * st[0][u][2 * hh + e] - sL[qx]) : 0.f;
+              ds[e] = p[e] * (dpt[0][u][2 * hh + e] - sD[qx]);
             }
             *reinterpret_cast<uint32_t*>(sPt + r * kWinLd + x) = pack_bf16(p[0], p[1]);
             *reinterpret_cast<uint32_t*>(sdSt + r * kWinLd + x) = pack_bf16(ds[0], ds[1]);
           }
       }
       __syncwarp();
-      warp_mma<1, VT / 8, kC, false, false>(dv, sPt, kWinLd, m0, o, VT + 8, 0, lane);
-      warp_mma<1, KT / 8, kC, false, false>(dk, sdSt, kWinLd, m0, q, KT + 8, 0, lane);
-      __syncwarp();  // the warp's P^T, dS^T rows are read before the next half writes them
+      warp_mma<1, VT / 8, 16, false, false>(dv, sPt, kWinLd, m0, sDO + 16 * qb * (VT + 8), VT + 8, 0, lane);
+      warp_mma<1, KT / 8, 16, false, false>(dk, sdSt, kWinLd, m0, sQr + 16 * qb * (KT + 8), KT + 8, 0, lane);
+      __syncwarp();  // the warp's P^T, dS^T rows are read before the next block writes them
     }
   }
   float* dkr = a.dkr + (int64_t(b) * d.T * d.Hkv + j) * d.K;
