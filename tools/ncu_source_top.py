@@ -1,40 +1,55 @@
-"""The CUDA source lines of one profiled kernel with the most executed instructions and the most warp stall
-samples, from Nsight Compute's source page (a report taken with --section SourceCounters --import-source yes
-and a -lineinfo build):
-  ncu -i REPORT.ncu-rep --page source --csv --print-source cuda > SRC.csv
-  python3 tools/ncu_source_top.py SRC.csv [N]
+"""Where one kernel's time goes, instruction by instruction, from Nsight Compute's SASS source page: the
+opcodes by executed instructions and by warp stall samples, then the hottest instructions with their main
+stall reasons. Take the report on the device (a -lineinfo build, one launch):
+  ncu -k regex:NAME --launch-skip S --launch-count 1 --section SourceCounters -o /tmp/k $h bench ops ...
+  ncu -i /tmp/k.ncu-rep --page source --csv --print-source sass > $OUT/k_sass.csv
+  python3 tools/ncu_source_top.py $OUT/k_sass.csv [N]
+(2026-11-28: this is how the gsa backward's prologue loads were found to hold a fifth of its stalls.)
 """
 import csv
 import sys
+from collections import Counter
+
+INST, STALL = 'Instructions Executed', 'Warp Stall Sampling (All Samples)'
 
 
 def number(text):
     try:
         return float(text.replace(',', ''))
-    except ValueError:
+    except (AttributeError, ValueError):
         return 0.0
 
 
 def main():
-    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 25
     with open(path, errors='replace') as f:
         lines = [line for line in f.read().splitlines() if line.startswith('"')]
-    rows = list(csv.DictReader(lines))
-    if not rows:
-        sys.exit(f'ncu_source_top: no source table in {path}')
-    keys = list(rows[0].keys())
-    inst = next((k for k in keys if k.startswith('Instructions Executed')), None)
-    stall = next((k for k in keys if k.startswith('Warp Stall Sampling (All')), None)
-    src = next((k for k in keys if k in ('Source', 'Address')), keys[1])
-    line = next((k for k in keys if k in ('#', 'Line')), keys[0])
-    print(f'columns: {line!r} {src!r} {inst!r} {stall!r}')
-    for key in (inst, stall):
-        if key is None:
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
+    if start is None:
+        sys.exit(f'ncu_source_top: no SASS source table in {path} (take it with --print-source sass)')
+    rows = list(csv.DictReader(lines[start:]))
+    reasons = [k for k in rows[0] if k.startswith('stall_') and not k.endswith('(Not Issued)')]
+    inst_total = sum(number(r[INST]) for r in rows) or 1.0
+    stall_total = sum(number(r[STALL]) for r in rows) or 1.0
+    print(f'{len(rows)} instructions in the kernel, {inst_total:.4g} executed (warp level), {stall_total:.4g} stall samples')
+    by_inst, by_stall = Counter(), Counter()
+    for r in rows:
+        words = r['Source'].split()
+        if not words:
             continue
-        total = sum(number(r[key]) for r in rows) or 1.0
-        print(f'== top {top} by {key} (total {total:.3g})')
-        for r in sorted(rows, key=lambda r: -number(r[key]))[:top]:
-            print(f'{100 * number(r[key]) / total:6.2f}%  {r[line]:>6}  {r[src].strip()[:110]}')
+        op = (words[1] if words[0].startswith('@') and len(words) > 1 else words[0]).split('.')[0]
+        by_inst[op] += number(r[INST])
+        by_stall[op] += number(r[STALL])
+    print('== opcodes: % of executed instructions, % of stall samples')
+    for op, n in by_inst.most_common(top):
+        print(f'{op:12s} {100 * n / inst_total:5.1f}%  {100 * by_stall[op] / stall_total:5.1f}%')
+    print(f'== the {top} instructions with the most stall samples (index in the kernel, % of samples, main reasons)')
+    hot = sorted(range(len(rows)), key=lambda i: -number(rows[i][STALL]))[:top]
+    for i in sorted(hot):
+        r = rows[i]
+        main_reasons = sorted(reasons, key=lambda k: -number(r[k]))[:2]
+        why = ', '.join(f'{k[6:]} {number(r[k]) / (number(r[STALL]) or 1):.0%}' for k in main_reasons if number(r[k]) > 0)
+        print(f'{i:6d} {100 * number(r[STALL]) / stall_total:5.1f}%  {r["Source"].strip()[:60]:60s}  {why}')
 
 
 if __name__ == '__main__':
