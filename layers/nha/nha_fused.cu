@@ -41,26 +41,69 @@ __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restric
 
 // out = base + R(-a) win, row by row (B T H rows of D): the slot side's bf16 gradient plus the window
 // side's f32 one turned back through RoPE (rope_op.h: pairs (i, i + R/2) of the first R dims, the token
-// of row r at position offset + (r / H) % T), rounded once to bf16. R = 0: no rotation.
+// of row r at position offset + (r / H) % T), rounded once to bf16. R = 0: no rotation. A thread takes
+// kVec adjacent dims of a row: of the first R / 2 with their partners, or of the last D - R (kVec = 2,
+// bf16x2 and float2 accesses, when both counts are even).
+template <int kVec>
 __global__ void __launch_bounds__(256) add_window_grad_kernel(const bf16x* __restrict__ base,
                                                              const float* __restrict__ win, bf16x* __restrict__ out,
                                                              const float* __restrict__ cos_t,
                                                              const float* __restrict__ sin_t, int64_t rows, int H,
                                                              int D, int R, int T, int64_t offset) {
-  const int half = R / 2;
-  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < rows * D; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = x / D;
-    const int i = int(x - row * D);
-    if (i >= half && i < R) continue;  // the second of a pair: written with the first
-    if (i >= R) {
-      out[x] = __float2bfloat16(__bfloat162float(base[x]) + win[x]);
+  const int half = R / 2, pair_units = half / kVec, units = pair_units + (D - R) / kVec;
+  auto load = [](const bf16x* p, float (&v)[kVec]) {
+    if constexpr (kVec == 2) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+      v[0] = f.x, v[1] = f.y;
+    } else {
+      v[0] = __bfloat162float(*p);
+    }
+  };
+  auto loadf = [](const float* p, float (&v)[kVec]) {
+    if constexpr (kVec == 2) {
+      const float2 f = *reinterpret_cast<const float2*>(p);
+      v[0] = f.x, v[1] = f.y;
+    } else {
+      v[0] = *p;
+    }
+  };
+  auto store = [](bf16x* p, const float (&v)[kVec]) {
+    if constexpr (kVec == 2)
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v[0], v[1]);
+    else
+      *p = __float2bfloat16(v[0]);
+  };
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < rows * units;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = x / units;
+    const int u = int(x - row * units);
+    float b0[kVec], w0[kVec];
+    if (u >= pair_units) {
+      const int64_t at = row * D + R + (u - pair_units) * kVec;
+      load(base + at, b0);
+      loadf(win + at, w0);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) b0[e] += w0[e];
+      store(out + at, b0);
       continue;
     }
-    const int64_t pos = offset + (row / H) % T;
-    const float c = cos_t[pos * half + i], s = sin_t[pos * half + i];
-    const float a = win[x], b = win[x + half];
-    out[x] = __float2bfloat16(__bfloat162float(base[x]) + a * c + b * s);
-    out[x + half] = __float2bfloat16(__bfloat162float(base[x + half]) + b * c - a * s);
+    const int i = u * kVec;
+    const int64_t at = row * D + i, pos = offset + (row / H) % T;
+    float b1[kVec], w1[kVec], c[kVec], s[kVec];
+    load(base + at, b0);
+    load(base + at + half, b1);
+    loadf(win + at, w0);
+    loadf(win + at + half, w1);
+    loadf(cos_t + pos * half + i, c);
+    loadf(sin_t + pos * half + i, s);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float a = w0[e], b = w1[e];
+      b0[e] = b0[e] + a * c[e] + b * s[e];
+      b1[e] = b1[e] + b * c[e] - a * s[e];
+    }
+    store(out + at, b0);
+    store(out + at + half, b1);
   }
 }
 
@@ -259,11 +302,17 @@ Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTabl
   Tensor out = Tensor::empty(base.shape(), DType::bf16, base.device());
   if (rows * D == 0) return out;
   const int dev = base.device().index;
-  const unsigned blocks = unsigned(std::min<int64_t>((rows * D + 255) / 256, 16 * chunk_mma::sm_count(dev)));
-  add_window_grad_kernel<<<blocks, 256, 0, current_stream(dev)>>>(
-      chunk_mma::bp(base), win.data<float>(), chunk_mma::bp_mut(out), rope ? rope->cos.data<float>() : nullptr,
-      rope ? rope->sin.data<float>() : nullptr, rows, int(H), int(D), R, int(T), offset);
-  HYB_CUDA_LAUNCH_CHECK("nha add_window_grad_kernel", blocks, 256, 0);
+  const bool pairs = (R / 2) % 2 == 0 && (D - R) % 2 == 0;
+  const int64_t units = rows * (R / 2 + D - R) / (pairs ? 2 : 1);
+  const unsigned blocks = unsigned(std::min<int64_t>((units + 255) / 256, 16 * chunk_mma::sm_count(dev)));
+  auto go = [&](auto kernel) {
+    kernel<<<blocks, 256, 0, current_stream(dev)>>>(chunk_mma::bp(base), win.data<float>(), chunk_mma::bp_mut(out),
+                                                    rope ? rope->cos.data<float>() : nullptr,
+                                                    rope ? rope->sin.data<float>() : nullptr, rows, int(H), int(D), R,
+                                                    int(T), offset);
+    HYB_CUDA_LAUNCH_CHECK("nha add_window_grad_kernel", blocks, 256, 0);
+  };
+  pairs ? go(add_window_grad_kernel<2>) : go(add_window_grad_kernel<1>);
   return out;
 }
 
