@@ -25,18 +25,26 @@ using chunk_mma::load_rows;
 using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
-// delta[row] = <dout[row], o[row]> over rows of V bf16 elements, one warp per row, fp32.
+// delta[row] = <dout[row], o[row]> over rows of V bf16 elements (V % 8 == 0, 16-byte aligned rows), fp32:
+// L lanes a row (a power of two, L = 32 / rows a warp), 16 bytes of each tensor a lane a step, so that a
+// warp moves whole rows of V = 64 in one load each.
 __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restrict__ dout, const bf16x* __restrict__ o,
-                                                          float* __restrict__ delta, int64_t rows, int V) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;  // whole warps
+                                                          float* __restrict__ delta, int64_t rows, int V, int L) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = t / L;
+  const int sub = int(t % L);
   float acc = 0.f;
-  for (int c = lane; c < V; c += 32)
-    acc += __bfloat162float(dout[row * V + c]) * __bfloat162float(o[row * V + c]);
+  if (row < rows)
+    for (int c = 8 * sub; c < V; c += 8 * L) {
+      const uint4 a = *reinterpret_cast<const uint4*>(dout + row * V + c);
+      const uint4 b = *reinterpret_cast<const uint4*>(o + row * V + c);
+      const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) delta[row] = acc;
+      for (int e = 0; e < 4; ++e)  // a bf16 pair's halves widened to fp32 bit patterns
+        acc += __uint_as_float(aw[e] << 16) * __uint_as_float(bw[e] << 16) +
+               __uint_as_float(aw[e] & 0xffff0000u) * __uint_as_float(bw[e] & 0xffff0000u);
+    }
+  for (int off = L / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);  // every lane
+  if (row < rows && sub == 0) delta[row] = acc;
 }
 
 // out = base + R(-a) win, row by row (B T H rows of D): the slot side's bf16 gradient plus the window
@@ -318,14 +326,16 @@ Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTabl
 
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0,
                                      const Tensor& dout0, const Tensor& dHK, const Tensor& dHV, bool window_dq) {
-  const Tensor o = o0.contiguous(), dout = dout0.contiguous();
+  const Tensor o = chunk_mma::rows16(o0), dout = chunk_mma::rows16(dout0);
   const int64_t rows = a.q.size(0) * a.q.size(1) * a.q.size(2), V = a.v.size(3);
   const Tensor delta = Tensor::empty({a.q.size(0), a.q.size(1), a.q.size(2)}, DType::f32, a.q.device());
   if (rows > 0) {
     constexpr int kDotThreads = 256;
-    const unsigned blocks = unsigned((rows * 32 + kDotThreads - 1) / kDotThreads);
+    int L = 1;  // lanes a row: the power of two at or above V / 8, at most a warp
+    while (L < 32 && 8 * L < V) L *= 2;
+    const unsigned blocks = unsigned((rows * L + kDotThreads - 1) / kDotThreads);
     nha_row_dot_kernel<<<blocks, kDotThreads, 0, current_stream(a.q.device().index)>>>(
-        chunk_mma::bp(dout), chunk_mma::bp(o), delta.data<float>(), rows, int(V));
+        chunk_mma::bp(dout), chunk_mma::bp(o), delta.data<float>(), rows, int(V), L);
     HYB_CUDA_LAUNCH_CHECK("nha nha_row_dot_kernel", blocks, kDotThreads, 0);
   }
   GsaParams p;
