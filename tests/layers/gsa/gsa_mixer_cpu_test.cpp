@@ -121,6 +121,9 @@ TEST_CASE("the gsa config derives heads, slots and scale and rejects what does n
   REQUIRE(r["scale"].get<double>() == Approx(0.125).epsilon(1e-15));
   REQUIRE(resolved({}, 256)["num_slots"] == 64);
   REQUIRE(resolved({}, 256)["scale"] == 1.0);
+  // save_chunk_states reaches the layer (it was once accepted and dropped): off by default (gsa.md 8).
+  REQUIRE_FALSE(gsa_config_from_json(resolved({}, 256)).save_chunk_states);
+  REQUIRE(gsa_config_from_json(resolved({{"save_chunk_states", true}}, 256)).save_chunk_states);
   REQUIRE_THAT(error_of({{"num_heads", 4}, {"num_kv_heads", 3}}, 64), Catch::Contains("num_kv_heads") && Catch::Contains("(4)"));
   REQUIRE_THAT(error_of({{"num_heads", 3}}, 64), Catch::Contains("expand_k") && Catch::Contains("num_heads (3)"));
   REQUIRE_THAT(error_of({{"chunk_size", 128}}, 64), Catch::Contains("chunk_size") && Catch::Contains("16, 32 or 64"));
