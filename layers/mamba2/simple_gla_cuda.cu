@@ -28,6 +28,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "kernels/bf16.cuh"
 #include "kernels/chunk_mma.cuh"
 #include "kernels/chunk_ops.h"
 #include "layers/mamba2/simple_gla_op.h"
@@ -166,9 +167,7 @@ __device__ __forceinline__ float state_dot(const bf16x* slot, const bf16x* tile,
     const uint4 tv = *reinterpret_cast<const uint4*>(tile + r * (VT + 8) + c8);
     const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w}, tw[4] = {tv.x, tv.y, tv.z, tv.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e)  // a bf16 pair's halves widened to fp32 bit patterns
-      dot += __uint_as_float(gw[e] << 16) * __uint_as_float(tw[e] << 16) +
-             __uint_as_float(gw[e] & 0xffff0000u) * __uint_as_float(tw[e] & 0xffff0000u);
+    for (int e = 0; e < 4; ++e) dot += bf16x2_dot(gw[e], tw[e]);
   }
   return dot;
 }

@@ -12,6 +12,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "kernels/bf16.cuh"
 #include "layers/gsa/gsa_fused.cuh"
 #include "layers/nha/nha_fused.h"
 
@@ -39,9 +40,7 @@ __global__ void __launch_bounds__(256) nha_row_dot_kernel(const bf16x* __restric
       const uint4 b = *reinterpret_cast<const uint4*>(o + row * V + c);
       const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e)  // a bf16 pair's halves widened to fp32 bit patterns
-        acc += __uint_as_float(aw[e] << 16) * __uint_as_float(bw[e] << 16) +
-               __uint_as_float(aw[e] & 0xffff0000u) * __uint_as_float(bw[e] & 0xffff0000u);
+      for (int e = 0; e < 4; ++e) acc += bf16x2_dot(aw[e], bw[e]);
     }
   for (int off = L / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);  // every lane
   if (row < rows && sub == 0) delta[row] = acc;
