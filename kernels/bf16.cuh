@@ -19,11 +19,15 @@ __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
   return uint16_t(u >> 16);
 }
 
+// The low and the high bf16 of a packed pair, widened to fp32 from the bit pattern (no conversion
+// instruction).
+__device__ __forceinline__ float bf16x2_lo(uint32_t a) { return __uint_as_float(a << 16); }
+__device__ __forceinline__ float bf16x2_hi(uint32_t a) { return __uint_as_float(a & 0xffff0000u); }
+
 // The dot product of two packed bf16 pairs (the low half first), each half widened to fp32 from its bit
 // pattern (no conversion instruction).
 __device__ __forceinline__ float bf16x2_dot(uint32_t a, uint32_t b) {
-  return __uint_as_float(a << 16) * __uint_as_float(b << 16) +
-         __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
+  return bf16x2_lo(a) * bf16x2_lo(b) + bf16x2_hi(a) * bf16x2_hi(b);
 }
 
 __device__ __forceinline__ bf16 float_to_bf16(float f) {

@@ -1,13 +1,17 @@
 // Device pieces of the fused bf16 CUDA path of gsa (gsa.md 4.8) that the forward (gsa_fused_forward.cu)
 // and the backward (gsa_fused_backward.cu) share: tile sizes, the chunk gates, state tiles, fragment
 // stores, and the forward's state pass (F1 and the chunk scan), which the backward re-runs (B0).
-// Layouts: states (B, Hkv, NC + 1, K, M) and (B, Hkv, NC + 1, M, V) fp32, slot c = the memory at the start
-// of chunk c (slot NC the final one); decay (B, Hkv, NC, M) = exp(bl) of every chunk.
+// Layouts: states (B, Hkv, NC + 1, K, M) and (B, Hkv, NC + 1, M, V) bf16, slot c = the memory at the start
+// of chunk c (slot NC the final one, which also leaves the scan in fp32); decay (B, Hkv, NC, M) = exp(bl)
+// of every chunk. The memories are bf16 in memory because every consumer multiplies them in bf16 (gsa.md
+// 4.5): the increments are rounded once each and summed in fp32 registers by the scan, so the error does
+// not grow with the number of chunks, and the state traffic, a third of the op's bytes in fp32, halves.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <type_traits>
 
+#include "kernels/bf16.cuh"
 #include "kernels/chunk_mma.cuh"
 #include "kernels/chunk_ops.h"
 #include "layers/gsa/gsa_fused.h"
@@ -86,42 +90,61 @@ __device__ __forceinline__ void load_gates(const float* g, const float* s, int64
   __syncthreads();
 }
 
-// An fp32 R x Cc matrix (row-major) in registers, NTHREADS threads holding two adjacent elements an item:
+// A bf16 R x Cc matrix (row-major) in registers, NTHREADS threads holding two adjacent elements an item:
 // fetch issues every load at once, early (before the gates are summed, say), and store writes the bf16
 // [RT][CT] tile of row stride ld, times colscale[c] or rowscale[r] when given; zeros outside R x Cc.
 template <int RT, int CT, int NTHREADS = kThreads>
 struct StateRegs {
   static constexpr int kIters = RT * CT / 2 / NTHREADS;
   static_assert(RT * CT / 2 % NTHREADS == 0, "the tile splits evenly over the threads");
-  float v[kIters][2];
-  __device__ __forceinline__ void fetch(const float* src, int R, int Cc) {
+  uint32_t v[kIters];  // the pair, packed as in memory
+  __device__ __forceinline__ void fetch(const bf16x* src, int R, int Cc) {
 #pragma unroll
     for (int u = 0; u < kIters; ++u) {
       const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
-      v[u][0] = r < R && c < Cc ? src[int64_t(r) * Cc + c] : 0.f;
-      v[u][1] = r < R && c + 1 < Cc ? src[int64_t(r) * Cc + c + 1] : 0.f;
+      const bf16x* p = src + int64_t(r) * Cc + c;
+      if (Cc % 2 == 0 && r < R && c < Cc)  // an even row length keeps the pair 4-byte aligned
+        v[u] = *reinterpret_cast<const uint32_t*>(p);
+      else
+        v[u] = (r < R && c < Cc ? uint32_t(__bfloat16_as_ushort(p[0])) : 0u) |
+               (r < R && c + 1 < Cc ? uint32_t(__bfloat16_as_ushort(p[1])) << 16 : 0u);
     }
   }
   __device__ __forceinline__ void store(bf16x* s, int ld, const float* rowscale, const float* colscale) const {
 #pragma unroll
     for (int u = 0; u < kIters; ++u) {
       const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
-      const float f = rowscale ? rowscale[r] : 1.f;
-      const float f0 = colscale ? colscale[c] : 1.f, f1 = colscale ? colscale[c + 1] : 1.f;
-      *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack_bf16(v[u][0] * f0 * f, v[u][1] * f1 * f);
+      uint32_t w = v[u];
+      if (rowscale || colscale) {
+        const float f = rowscale ? rowscale[r] : 1.f;
+        const float f0 = colscale ? colscale[c] : 1.f, f1 = colscale ? colscale[c + 1] : 1.f;
+        w = pack_bf16(bf16x2_lo(w) * f0 * f, bf16x2_hi(w) * f1 * f);
+      }
+      *reinterpret_cast<uint32_t*>(s + r * ld + c) = w;
     }
   }
 };
 
 // StateRegs' fetch and store at once, kLoadBatch items a thread at a time.
 template <int RT, int CT, int NTHREADS = kThreads>
-__device__ __forceinline__ void load_state(bf16x* s, int ld, const float* src, int R, int Cc, const float* rowscale,
+__device__ __forceinline__ void load_state(bf16x* s, int ld, const bf16x* src, int R, int Cc, const float* rowscale,
                                            const float* colscale) {
   constexpr int kRows = 2 * kLoadBatch * NTHREADS / CT < RT ? 2 * kLoadBatch * NTHREADS / CT : RT;
   for (int r0 = 0; r0 < RT; r0 += kRows) {
     StateRegs<kRows, CT, NTHREADS> x;
     x.fetch(src + int64_t(r0) * Cc, R - r0, Cc);
     x.store(s + r0 * ld, ld, rowscale ? rowscale + r0 : nullptr, colscale);
+  }
+}
+
+// Two adjacent fp32 values to the elements col, col + 1 of a bf16 row of n elements in global memory,
+// those at or past n skipped; col is even, and an even n keeps the pair 4-byte aligned.
+__device__ __forceinline__ void store_pair(bf16x* row, int col, int n, float x0, float x1) {
+  if (n % 2 == 0) {
+    if (col < n) *reinterpret_cast<uint32_t*>(row + col) = pack_bf16(x0, x1);
+  } else {
+    if (col < n) row[col] = __float2bfloat16_rn(x0);
+    if (col + 1 < n) row[col + 1] = __float2bfloat16_rn(x1);
   }
 }
 
@@ -169,13 +192,15 @@ __device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int l
 }
 
 struct States {
-  ChunkBuffer Hk, Hv;
-  Tensor decay;
+  Tensor Hk, Hv;  // (B, Hkv, NC + 1, K, M), (B, Hkv, NC + 1, M, V) bf16
+  Tensor decay;   // (B, Hkv, NC, M) f32
 };
-// F1 and the chunk scan: every chunk-start memory, the final ones in slot NC. k, v: rows16 bf16; s, g,
-// Hk0, Hv0: contiguous f32 (the initial memories may be undefined: zeros).
+// F1 and the chunk scan: every chunk-start memory, and the final ones in fp32 into Hk_last, Hv_last (B,
+// Hkv, K, M), (B, Hkv, M, V) when they are defined. k, v: rows16 bf16; s, g, Hk0, Hv0: contiguous f32 (the
+// initial memories may be undefined: zeros).
 States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
-                      const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream);
+                      const Tensor& Hv0, const Dims& d, cudaStream_t stream, const Tensor& Hk_last = Tensor(),
+                      const Tensor& Hv_last = Tensor());
 
 // The inputs of the output kernel F2. With a window (nha, window >= 1): the slot side (k, v, s, g) is read
 // as the stream shifted by Dims::shift, and the window keys of query t are t - window < j <= t, read from
@@ -184,7 +209,7 @@ States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const T
 struct ForwardArgs {
   const bf16x *q, *k, *v;
   const float *s, *g;
-  const float *Hk, *Hv;  // states (B Hkv, NC + 1, K, M), (B Hkv, NC + 1, M, V): slot c = the chunk start
+  const bf16x *Hk, *Hv;  // states (B Hkv, NC + 1, K, M), (B Hkv, NC + 1, M, V): slot c = the chunk start
   bf16x* o;
   float* lse;
   float scale;
@@ -196,11 +221,13 @@ void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream);
 // Shared memory of F1 and of F2 without or with the window at these head dims.
 size_t forward_smem_bytes(int64_t K, int64_t V, bool window);
 
-// The chunk scan over states (B Hkv, NC + 1, ...) with slot-wise factors decay: forward, slot c + 1 +=
-// decay_c slot c; reverse, slot c += decay_c slot c + 1. cols: K for Hk (decay along the columns), V for
-// Hv (along the rows).
-void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
-                cudaStream_t stream);
+// The chunk scan over bf16 states (B Hkv, NC + 1, rows, cols) with slot-wise factors decay, in fp32
+// registers: forward, slot 0 = init, slot c + 1 += decay_c slot c; reverse, slot NC = init, slot c +=
+// decay_c slot c + 1. slot_rows: the memory is Hv (M x V, decay along the rows), else Hk (K x M, along the
+// columns). init (B Hkv, rows, cols) f32 or undefined (zeros); last, when defined, gets the final sum in
+// f32 (the final memory, or the initial memory's gradient).
+void state_scan(const Tensor& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
+                const Tensor& init, const Tensor& last, cudaStream_t stream);
 
 // Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims, with nha's window dqr
 // in B3 or not.

@@ -19,9 +19,10 @@
 // Work at K = V = M = 64 per token and kv head (gsa.md 4.6 units): B0 2; B1 per query head 6 (A1, Q HkS,
 // A1 Sp, dO Vc^T, dO HvS^T, dA2 Sp) + 2 (Uv, Uk); B3 per query head 6 + 2 (dA1, A2) + 2 (dQ) + 4 (dVc,
 // dKc, dS intra x2) and 4 once (dS inter x2, dVc, dKc inter): 28 units, about 120 GFLOP at the reference
-// shape (B1 and B3 both rebuild Z, P, dP, dZ: the split form of 4.6). Bytes there: B0 as F1 + scan
-// (~1.1 GB), B1 reads q k v dO s g lse and the fp32 states (~0.7 GB) and writes U (268 MB), B2 reads and
-// writes U (537 MB), B3 reads ~1 GB and writes dq dk dv (bf16) ds dg (fp32) 470 MB.
+// shape (B1 and B3 both rebuild Z, P, dP, dZ: the split form of 4.6). Bytes there (memories and their
+// gradients bf16, summed in fp32 by the scans): B0 as F1 + scan (~0.74 GB), B1 reads q k v dO s g lse and
+// the states (~0.6 GB) and writes U (134 MB), B2 reads and writes U (268 MB), B3 reads ~0.87 GB and writes
+// dq dk dv (bf16) ds dg (fp32) 470 MB.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -109,8 +110,8 @@ __device__ __forceinline__ void ew_trows(float (&acc)[1][NT][4], const bf16x* A,
 struct BackwardArgs {
   const bf16x *q, *k, *v, *dout;
   const float *s, *g, *lse;
-  const float *Hk, *Hv;  // forward states, slot c = the start of chunk c
-  float *Dk, *Dv;        // kLocal: slot c gets the chunk's increments; else slot c + 1 = dHkE, dHvE of chunk c
+  const bf16x *Hk, *Hv;  // forward states, slot c = the start of chunk c
+  bf16x *Dk, *Dv;        // kLocal: slot c gets the chunk's increments; else slot c + 1 = dHkE, dHvE of chunk c
   bf16x *dq, *dk, *dv;
   float *ds, *dg;
   float scale;
@@ -132,7 +133,7 @@ constexpr int backward_tile_elems() {
 template <int KT, int VT>
 constexpr size_t backward_smem_fixed() {
   const size_t tiles = size_t(backward_tile_elems<KT, VT>()) * 2;
-  return tiles + size_t(2 * kC * kLdF + 7 * kMT + kC + 2 * kC + kBwdThreads * kHalf / 2) * sizeof(float);
+  return tiles + size_t(2 * kC * kLdF + 11 * kMT + kC + 2 * kC + kBwdThreads * kHalf / 2) * sizeof(float);
 }
 
 // The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
@@ -272,8 +273,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   float* sRef = sS + kC * kLdF;                           // [kMT]
   float* sSc = sRef + kMT;                                // [kMT] exp(ref)
   float* sL = sSc + kMT;                                  // [64] lse of the head's rows
-  float* sTail = sL + kC;                                 // [5][kMT] parts of the tail of dG
-  float* sPart = sTail + 5 * kMT;                         // [2][64] each column half's row sums of P .* dP
+  float* sTail = sL + kC;                                 // [9][kMT] parts of the tail of dG
+  float* sPart = sTail + 9 * kMT;                         // [2][64] each column half's row sums of P .* dP
   float4* sDB = reinterpret_cast<float4*>(sPart + 2 * kC);  // [kBwdWarps][kHalf / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
@@ -491,28 +492,30 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   }
 
   if constexpr (kLocal) {
-    float* uk = a.Dk + (int64_t(bj) * (d.NC + 1) + c) * KM;
-    float* uv = a.Dv + (int64_t(bj) * (d.NC + 1) + c) * MV;
+    bf16x* uk = a.Dk + (int64_t(bj) * (d.NC + 1) + c) * KM;
+    bf16x* uv = a.Dv + (int64_t(bj) * (d.NC + 1) + c) * MV;
 #pragma unroll
     for (int mi = 0; mi < UT; ++mi)
 #pragma unroll
       for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = (warp % 4) * 16 * UT + mi * 16 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
-          if (r < d.K && m < d.M) uk[int64_t(r) * d.M + m] = a.scale * Uk[mi][ni][e] * sSc[m];
+        for (int h = 0; h < 2; ++h) {
+          const int r = (warp % 4) * 16 * UT + mi * 16 + frag_row(lane, 2 * h), m = n0 + ni * 8 + frag_col(lane, 0);
+          if (r < d.K)
+            store_pair(uk + int64_t(r) * d.M, m, d.M, a.scale * Uk[mi][ni][2 * h] * sSc[m],
+                       a.scale * Uk[mi][ni][2 * h + 1] * sSc[m + 1]);
         }
 #pragma unroll
     for (int ni = 0; ni < VT / 16; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int m = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
-        if (m < d.M && col < d.V) uv[int64_t(m) * d.V + col] = Uv[0][ni][e] * sSc[m];
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + frag_row(lane, 2 * h), col = nv + ni * 8 + frag_col(lane, 0);
+        if (m < d.M) store_pair(uv + int64_t(m) * d.V, col, d.V, Uv[0][ni][2 * h] * sSc[m], Uv[0][ni][2 * h + 1] * sSc[m]);
       }
   } else {
     __syncthreads();  // done with the memory tiles and Sp
-    const float* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
-    const float* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
+    const bf16x* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
+    const bf16x* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
     load_state<KT, kMT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
     load_state<kMT, VT, kBwdThreads>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
     const float* bl = sB + (n - 1) * kLdF;
@@ -524,42 +527,46 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
           pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
     }
     __syncthreads();
-    {  // the tail sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with dH as rounded in the tiles (so that it
-       // cancels the inter part of S .* dS in dG), in parts the dG pass adds: sTail[p][m] (p < 4) over the
-       // rows p, p + 4, ... of Hk, sTail[4][m] over row m of Hv (a lane quad per row)
-      const float* HkE = a.Hk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
-      const float* HvE = a.Hv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
+    {  // The tail of dG, sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with HkE = exp(bl) .*c HkS + Kc^T (S .* Rem)
+       // (HvE alike): the increments' part equals the sum over the chunk's rows of S .* (the inter part of dS),
+       // which dB subtracts row by row, so it is taken as that sum of the same products (parts 5 .. 8, below)
+       // and the two cancel to fp32 rounding whatever the memories were rounded to; the carried part is
+       // exp(bl) times the bf16 chunk-start memories against dH as rounded in the tiles. In parts the dG pass
+       // adds: sTail[p][m] (p < 4) over the rows p, p + 4, ... of Hk, sTail[4][m] over row m of Hv (a lane
+       // quad per row).
+      const bf16x* HkS = a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM;
+      const bf16x* HvS = a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV;
       static_assert(kBwdThreads == 4 * kMT, "four parts of each slot's Hk sum, a lane quad per Hv row");
       {
         const int m = threadIdx.x % kMT, p = threadIdx.x / kMT;
         float x[KT / 4], t = 0.f;
 #pragma unroll
-        for (int i = 0; i < KT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.K ? HkE[int64_t(p + 4 * i) * d.M + m] : 0.f;
+        for (int i = 0; i < KT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.K ? bf(HkS[int64_t(p + 4 * i) * d.M + m]) : 0.f;
 #pragma unroll
         for (int i = 0; i < KT / 4; ++i) t += x[i] * bf(sHk[(p + 4 * i) * kLdM + m]);
-        sTail[p * kMT + m] = t;
+        sTail[p * kMT + m] = __expf(bl[m]) * t;
       }
       {
         const int m = threadIdx.x / 4, p = threadIdx.x % 4;
         float x[VT / 4], t = 0.f;
 #pragma unroll
-        for (int i = 0; i < VT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.V ? HvE[int64_t(m) * d.V + p + 4 * i] : 0.f;
+        for (int i = 0; i < VT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.V ? bf(HvS[int64_t(m) * d.V + p + 4 * i]) : 0.f;
 #pragma unroll
         for (int i = 0; i < VT / 4; ++i) t += x[i] * bf(sHv[m * (VT + 8) + p + 4 * i]);
         t += __shfl_xor_sync(0xffffffffu, t, 1);
         t += __shfl_xor_sync(0xffffffffu, t, 2);
-        if (p == 0) sTail[4 * kMT + m] = t;
+        if (p == 0) sTail[4 * kMT + m] = __expf(bl[m]) * t;
       }
     }
     // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
-    // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem): the pairs of the
-    // chunk's rows and the chunk's share of the tail then cancel in dG's reverse cumsum with one
-    // rounding on both sides, which keeps dG accurate when it is small against those terms.
+    // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem); its inter part, summed
+    // over the chunk's rows into sTail[5 + row block], is the increments' share of the tail above.
     {
       float t[1][kHalf / 8][4];
       zero(t);
       warp_mma<1, kHalf / 8, VT, false, true>(t, sV, VT + 8, m0, sHv, VT + 8, n0, lane);
       warp_mma<1, kHalf / 8, KT, false, false>(t, sK, KT + 8, m0, sHk, kLdM, n0, lane);
+      float inter[kHalf / 8][2] = {};  // the thread's two rows summed, per column of its pair
 #pragma unroll
       for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
@@ -567,8 +574,20 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
           const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
           const float br = sB[r * kLdF + m], sv = sS[r * kLdF + m];
           const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
-          dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + bf(sSp[r * kLdM + m]) * t[0][ni][e];  // S .* dS
+          const float x = bf(sSp[r * kLdM + m]) * t[0][ni][e];
+          dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + x;  // S .* dS
+          inter[ni][e % 2] += x;
           sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
+        }
+#pragma unroll
+      for (int ni = 0; ni < kHalf / 8; ++ni)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          float x = inter[ni][u];
+          x += __shfl_xor_sync(0xffffffffu, x, 4);  // over the 16 rows: the lanes of one column
+          x += __shfl_xor_sync(0xffffffffu, x, 8);
+          x += __shfl_xor_sync(0xffffffffu, x, 16);
+          if (lane < 4) sTail[(5 + warp % 4) * kMT + n0 + ni * 8 + frag_col(lane, u)] = x;
         }
     }
     warp_mma<1, VT / 16, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, nv, lane);
@@ -607,7 +626,9 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     __syncthreads();
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
       const int m = threadIdx.x;
-      float acc = sTail[m] + sTail[kMT + m] + sTail[2 * kMT + m] + sTail[3 * kMT + m] + sTail[4 * kMT + m];
+      float acc = 0.f;
+#pragma unroll
+      for (int p = 0; p < 9; ++p) acc += sTail[p * kMT + m];
       for (int r = n - 1; r >= lo; --r) {
         acc += sS[r * kLdF + m];
         a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
@@ -647,16 +668,15 @@ size_t backward_smem(bool window = false) {
 }
 
 // The forward's kept chunk memories (GsaSaved::chunk_Hk, ...) as B0 would recompute them.
-States kept_states(const GsaSaved& sv, const ChunkDims& cd, const Dims& d) {
-  auto buffer = [&](const Tensor& t, int rows, int cols) {
-    HYB_CHECK(t.dtype() == DType::f32 && t.shape() == Shape({d.B, d.Hkv, cd.NC + 1, rows, cols}),
+States kept_states(const GsaSaved& sv, const Dims& d) {
+  auto check = [&](const Tensor& t, int rows, int cols) {
+    HYB_CHECK(t.dtype() == DType::bf16 && t.shape() == Shape({d.B, d.Hkv, d.NC + 1, rows, cols}),
               "gsa_backward_fused: the kept chunk memories are ", t.str(), "; expected (", d.B, ", ", d.Hkv, ", ",
-              cd.NC + 1, ", ", rows, ", ", cols, ") f32");
-    ChunkBuffer b;
-    b.t = t, b.slots = cd.NC + 1, b.rows = rows, b.cols = cols;
-    return b;
+              d.NC + 1, ", ", rows, ", ", cols, ") bf16");
   };
-  return {buffer(sv.chunk_Hk, d.K, d.M), buffer(sv.chunk_Hv, d.M, d.V), sv.chunk_decay};
+  check(sv.chunk_Hk, d.K, d.M);
+  check(sv.chunk_Hv, d.M, d.V);
+  return {sv.chunk_Hk, sv.chunk_Hv, sv.chunk_decay};
 }
 
 }  // namespace
@@ -690,10 +710,9 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
                int(cd.NC), int(shift)};
   cudaStream_t stream = current_stream(dev.index);
   const States st =  // B0, unless the forward kept them
-      sv.chunk_Hk.defined() ? kept_states(sv, cd, d) : forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);
-  const ChunkBuffer Dk(cd, cd.NC + 1, gd.K, gd.M), Dv(cd, cd.NC + 1, gd.M, gd.V);
-  chunk_slot_load(Dk, cd.NC, dHk.defined() ? dHk.contiguous() : Tensor());
-  chunk_slot_load(Dv, cd.NC, dHv.defined() ? dHv.contiguous() : Tensor());
+      sv.chunk_Hk.defined() ? kept_states(sv, d) : forward_states(k, v, s, g, Hk0, Hv0, d, stream);
+  const Tensor Dk = Tensor::empty({gd.B, gd.Hkv, cd.NC + 1, gd.K, gd.M}, DType::bf16, dev);
+  const Tensor Dv = Tensor::empty({gd.B, gd.Hkv, cd.NC + 1, gd.M, gd.V}, DType::bf16, dev);
   GsaGrads r;
   r.dq = Tensor::empty(sv.q.shape(), DType::bf16, dev);
   r.dk = Tensor::empty(sv.k.shape(), DType::bf16, dev);
@@ -703,7 +722,7 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   if (shift > 0)  // the last shift tokens never reach the slots; B3 writes the rows of the others
     for (const Tensor* x : {&r.dk, &r.dv, &r.ds, &r.dg}) x->narrow(1, gd.T - shift, shift).zero_();
   BackwardArgs a{bp(q),       bp(k),       bp(v),        bp(dout),    s.data<float>(), g.data<float>(),
-                 lse.data<float>(), st.Hk.data(), st.Hv.data(), Dk.data(), Dv.data(),    bp_mut(r.dq),
+                 lse.data<float>(), bp(st.Hk), bp(st.Hv), bp_mut(Dk), bp_mut(Dv),       bp_mut(r.dq),
                  bp_mut(r.dk), bp_mut(r.dv), r.ds.data<float>(), r.dg.data<float>(), float(scale),
                  delta.defined() ? delta.data<float>() : nullptr};
   Tensor qr, kr;
@@ -712,6 +731,11 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
     window->dqr = Tensor::empty(sv.q.shape(), DType::f32, dev);
     a.qr = bp(qr), a.kr = bp(kr), a.vw = bp(v), a.dqr = window->dqr.data<float>(), a.window = int(window->window);
   }
+  if (Hk0.defined()) {
+    r.dHk0 = Tensor::empty(Hk0.shape(), DType::f32, dev);
+    r.dHv0 = Tensor::empty(Hv0.shape(), DType::f32, dev);
+  }
+  const Tensor dHkT = dHk.defined() ? dHk.contiguous() : Tensor(), dHvT = dHv.defined() ? dHv.contiguous() : Tensor();
   const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
@@ -719,8 +743,8 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
     set_smem(gsa_backward_kernel<KT, VT, true>, smem);
     gsa_backward_kernel<KT, VT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
     HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
-    state_scan(Dk, st.decay, d, false, true, stream);  // B2
-    state_scan(Dv, st.decay, d, true, true, stream);
+    state_scan(Dk, st.decay, d, false, true, dHkT, r.dHk0, stream);  // B2
+    state_scan(Dv, st.decay, d, true, true, dHvT, r.dHv0, stream);
     if constexpr (KT == 64 && VT == 64)
       if (window) {
         const size_t wsmem = backward_smem<KT, VT>(true);
@@ -733,12 +757,6 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
     gsa_backward_kernel<KT, VT, false><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B3
     HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kBwdThreads, smem);
   });
-  if (Hk0.defined()) {
-    r.dHk0 = Tensor::empty(Hk0.shape(), DType::f32, dev);
-    r.dHv0 = Tensor::empty(Hv0.shape(), DType::f32, dev);
-    chunk_slot_store(r.dHk0, Dk, 0);
-    chunk_slot_store(r.dHv0, Dv, 0);
-  }
   GsaGrads out;
   if (needed[0]) out.dq = r.dq;
   if (needed[1]) out.dk = r.dk;

@@ -1,10 +1,11 @@
 // The fused bf16 CUDA forward of gsa (gsa.md 4.8 F1, F2; gsa_fused.h): per (b, head, chunk of 64
 // tokens) tensor-core kernels (mma.sync m16n8k16 through chunk_mma.cuh, bf16 operands in shared
-// memory, fp32 accumulation), with an fp32 elementwise scan over the chunks in between.
+// memory, fp32 accumulation), with an elementwise scan over the chunks in between (bf16 memories in
+// memory, fp32 sums in registers).
 //   F1 gsa_forward_state_kernel, grid (NC, B Hkv): b = chunk-local cumsum of g (fp32), SR = S .* Rem,
 //      the increments Kc^T SR (K x M) and SR^T Vc (M x V) into state slot c + 1, and exp(bl).
-//   scan gsa_state_scan_kernel: slot c + 1 += exp(bl_c) (.*c for Hk, .*r for Hv) slot c, fp32, so slot c
-//      is the memory at the start of chunk c and slot NC the final one.
+//   scan gsa_state_scan_kernel: slot c + 1 += exp(bl_c) (.*c for Hk, .*r for Hv) slot c, so slot c is the
+//      memory at the start of chunk c and slot NC the final one (also written in fp32).
 //   F2 gsa_forward_output_kernel, grid (NC, B Hq): A1 = scale tril(Q Kc^T), Z = scale (Q HkS) .* Dec + Zi,
 //      the slot softmax in registers (a row's slots live in one lane quad), lse, A2 and
 //      O = (P .* Dec) HvS + A2 Vc. Its kWin instantiation is nha's output kernel (layers/nha/nha_fused.h):
@@ -21,9 +22,9 @@
 // Work at K = V = M = 64 per token and head (gsa.md 4.6 units: 64 x 64 MAC = 8192 FLOP): F1 2 units per
 // kv head (tensor cores); F2 6 units per query head (A1, Q HkS, A1 Sp over the causal k-blocks only,
 // A2, Pe HvS, A2 Vc); 8 in all, 34 GFLOP at B T = 32768, H 16. Bytes there: F1 reads k v (bf16) s g
-// (f32) 336 MB and writes the fp32 increments 268 MB; the scan reads and writes them (537 MB); F2 reads
-// q k v s g 403 MB and the fp32 states 268 MB and writes o and lse 69 MB: about 1.9 GB, ~0.63 ms at
-// 3 TB/s (the design of 4.8 with bf16 states in one scanning kernel moves ~0.7 GB).
+// (f32) 336 MB and writes the bf16 increments 134 MB; the scan reads and writes them (268 MB); F2 reads
+// q k v s g 403 MB and the states 134 MB and writes o and lse 69 MB: about 1.3 GB, ~0.45 ms at 3 TB/s
+// (the design of 4.8, with the scan inside F1, moves ~0.7 GB).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -50,14 +51,14 @@ using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 // F1. Grid (NC, B Hkv). inc_k (B Hkv, NC + 1, K, M) and inc_v (B Hkv, NC + 1, M, V) get the chunk's
-// increments in slot c + 1; decay (B Hkv, NC, M) = exp(bl).
+// increments in slot c + 1 (bf16); decay (B Hkv, NC, M) = exp(bl).
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x* __restrict__ k,
                                                                      const bf16x* __restrict__ v,
                                                                      const float* __restrict__ s,
                                                                      const float* __restrict__ g,
-                                                                     float* __restrict__ inc_k,
-                                                                     float* __restrict__ inc_v,
+                                                                     bf16x* __restrict__ inc_k,
+                                                                     bf16x* __restrict__ inc_v,
                                                                      float* __restrict__ decay, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
@@ -90,15 +91,15 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
     float acc[MT][kMT / 8][4];
     zero(acc);
     warp_mma<MT, kMT / 8, kC, true, false>(acc, sK, KT + 8, m0, sSR, kLdM, 0, lane);
-    float* o = inc_k + (int64_t(bj) * (d.NC + 1) + c + 1) * d.K * d.M;
+    bf16x* o = inc_k + (int64_t(bj) * (d.NC + 1) + c + 1) * d.K * d.M;
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int ni = 0; ni < kMT / 8; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = m0 + mi * 16 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-          if (r < d.K && col < d.M) o[int64_t(r) * d.M + col] = acc[mi][ni][e];
+        for (int h = 0; h < 2; ++h) {
+          const int r = m0 + mi * 16 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
+          if (r < d.K) store_pair(o + int64_t(r) * d.M, col, d.M, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
         }
   }
   {  // SR^T Vc: warps split the 64 slot rows
@@ -106,50 +107,58 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
     float acc[1][VT / 8][4];
     zero(acc);
     warp_mma<1, VT / 8, kC, true, false>(acc, sSR, kLdM, m0, sV, VT + 8, 0, lane);
-    float* o = inc_v + (int64_t(bj) * (d.NC + 1) + c + 1) * d.M * d.V;
+    bf16x* o = inc_v + (int64_t(bj) * (d.NC + 1) + c + 1) * d.M * d.V;
 #pragma unroll
     for (int ni = 0; ni < VT / 8; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (r < d.M && col < d.V) o[int64_t(r) * d.V + col] = acc[0][ni][e];
+      for (int h = 0; h < 2; ++h) {
+        const int r = m0 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
+        if (r < d.M) store_pair(o + int64_t(r) * d.V, col, d.V, acc[0][ni][2 * h], acc[0][ni][2 * h + 1]);
       }
   }
 }
 
-// states (BH, NC + 1, P) with P = rows x cols of one memory, sequential over chunks in fp32: forward,
-// slot c + 1 += decay_c[m] slot c (c = 0 .. NC-1); kReverse, slot c += decay_c[m] slot c + 1 (c = NC-1
-// .. 0); m = the column (Hk, K x M) or, kSlotRows, the row (Hv, M x V) of the element. One thread per
-// element; the slots of kAhead chunks are loaded before the dependent updates.
+// states (BH, NC + 1, P) bf16 with P = rows x cols of one memory, sequential over chunks in fp32 registers:
+// forward, slot 0 = init, slot c + 1 += decay_c[m] slot c (c = 0 .. NC-1); kReverse, slot NC = init, slot
+// c += decay_c[m] slot c + 1 (c = NC-1 .. 0); m = the column (Hk, K x M) or, kSlotRows, the row (Hv, M x V)
+// of the element. One thread per pair of elements (P is even: K, V are multiples of 8); init (BH, P) f32 or
+// null (zeros), last (BH, P) f32 gets the final sums when not null. The slots of kAhead chunks are loaded
+// before the dependent updates.
 template <bool kSlotRows, bool kReverse>
-__global__ void __launch_bounds__(256) gsa_state_scan_kernel(float* __restrict__ states,
-                                                             const float* __restrict__ decay, int64_t BH, int NC,
-                                                             int cols, int M) {
+__global__ void __launch_bounds__(256) gsa_state_scan_kernel(bf16x* __restrict__ states,
+                                                             const float* __restrict__ decay,
+                                                             const float* __restrict__ init, float* __restrict__ last,
+                                                             int64_t BH, int NC, int cols, int M) {
   constexpr int kAhead = 8;
-  const int64_t P = int64_t(cols) * M;
+  const int64_t P2 = int64_t(cols) * M / 2;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= BH * P) return;
-  const int64_t bh = i / P, e = i % P;
-  const int m = int(kSlotRows ? e / cols : e % M);
-  float* st = states + bh * (NC + 1) * P + e;
-  const float* dc = decay + bh * NC * M + m;
-  float acc = st[kReverse ? int64_t(NC) * P : 0];
+  if (i >= BH * P2) return;
+  const int64_t bh = i / P2, e = (i % P2) * 2;
+  const int m0 = int(kSlotRows ? e / cols : e % M), m1 = int(kSlotRows ? e / cols : (e + 1) % M);
+  uint32_t* st = reinterpret_cast<uint32_t*>(states) + bh * (NC + 1) * P2 + i % P2;
+  const float* dc = decay + bh * NC * M;
+  float acc0 = init ? init[2 * i] : 0.f, acc1 = init ? init[2 * i + 1] : 0.f;
+  st[kReverse ? int64_t(NC) * P2 : 0] = pack_bf16(acc0, acc1);
   for (int step0 = 0; step0 < NC; step0 += kAhead) {
-    float x[kAhead], a[kAhead];
+    uint32_t x[kAhead];
+    float a0[kAhead], a1[kAhead];
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       const int step = step0 + u, c = kReverse ? NC - 1 - step : step;
-      if (step < NC) x[u] = st[int64_t(kReverse ? c : c + 1) * P], a[u] = dc[int64_t(c) * M];
+      if (step < NC)
+        x[u] = st[int64_t(kReverse ? c : c + 1) * P2], a0[u] = dc[int64_t(c) * M + m0], a1[u] = dc[int64_t(c) * M + m1];
     }
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       const int step = step0 + u, c = kReverse ? NC - 1 - step : step;
       if (step < NC) {
-        acc = x[u] + a[u] * acc;
-        st[int64_t(kReverse ? c : c + 1) * P] = acc;
+        acc0 = bf16x2_lo(x[u]) + a0[u] * acc0;
+        acc1 = bf16x2_hi(x[u]) + a1[u] * acc1;
+        st[int64_t(kReverse ? c : c + 1) * P2] = pack_bf16(acc0, acc1);
       }
     }
   }
+  if (last) last[2 * i] = acc0, last[2 * i + 1] = acc1;
 }
 
 // F2. Grid (NC, B Hq). kWin (nha): the window keys of the tile's queries are the previous chunk and this
@@ -479,15 +488,20 @@ void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream) {
   });
 }
 
-void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
-                cudaStream_t stream) {
+void state_scan(const Tensor& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
+                const Tensor& init, const Tensor& last, cudaStream_t stream) {
   const int cols = slot_rows ? d.V : d.K;
-  const int64_t BH = int64_t(d.B) * d.Hkv, n = BH * cols * d.M;
+  const int64_t BH = int64_t(d.B) * d.Hkv, n = BH * cols * d.M / 2;
+  for (const Tensor* t : {&init, &last})
+    HYB_ASSERT(!t->defined() || (t->dtype() == DType::f32 && t->is_contiguous() && t->numel() == 2 * n),
+               "gsa state_scan: an initial or final memory is ", t->str(), "; expected ", 2 * n, " contiguous f32");
   if (n == 0 || d.NC == 0) return;
   constexpr int kScanThreads = 256;
   const unsigned blocks = unsigned((n + kScanThreads - 1) / kScanThreads);
   auto go = [&](auto kernel) {
-    kernel<<<blocks, kScanThreads, 0, stream>>>(states.data(), decay.data<float>(), BH, d.NC, cols, d.M);
+    kernel<<<blocks, kScanThreads, 0, stream>>>(bp_mut(states), decay.data<float>(),
+                                                init.defined() ? init.data<float>() : nullptr,
+                                                last.defined() ? last.data<float>() : nullptr, BH, d.NC, cols, d.M);
     HYB_CUDA_LAUNCH_CHECK("gsa gsa_state_scan_kernel", blocks, kScanThreads, 0);
   };
   if (slot_rows)
@@ -497,23 +511,24 @@ void state_scan(const ChunkBuffer& states, const Tensor& decay, const Dims& d, b
 }
 
 States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g, const Tensor& Hk0,
-                      const Tensor& Hv0, const ChunkDims& cd, const Dims& d, cudaStream_t stream) {
-  States st{ChunkBuffer(cd, cd.NC + 1, d.K, d.M), ChunkBuffer(cd, cd.NC + 1, d.M, d.V),
-            Tensor::empty({d.B, d.Hkv, cd.NC, d.M}, DType::f32, cd.device)};
-  chunk_slot_load(st.Hk, 0, Hk0);
-  chunk_slot_load(st.Hv, 0, Hv0);
+                      const Tensor& Hv0, const Dims& d, cudaStream_t stream, const Tensor& Hk_last,
+                      const Tensor& Hv_last) {
+  const Device dev = k.device();
+  States st{Tensor::empty({d.B, d.Hkv, d.NC + 1, d.K, d.M}, DType::bf16, dev),
+            Tensor::empty({d.B, d.Hkv, d.NC + 1, d.M, d.V}, DType::bf16, dev),
+            Tensor::empty({d.B, d.Hkv, d.NC, d.M}, DType::f32, dev)};
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
     const size_t smem = state_smem<KT, VT>();
     set_smem(gsa_forward_state_kernel<KT, VT>, smem);
     const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
     gsa_forward_state_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(k), bp(v), s.data<float>(), g.data<float>(),
-                                                                       st.Hk.data(), st.Hv.data(),
+                                                                       bp_mut(st.Hk), bp_mut(st.Hv),
                                                                        st.decay.data<float>(), d);
     HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_state_kernel", grid, kThreads, smem);
   });
-  state_scan(st.Hk, st.decay, d, false, false, stream);
-  state_scan(st.Hv, st.decay, d, true, false, stream);
+  state_scan(st.Hk, st.decay, d, false, false, Hk0, Hk_last, stream);
+  state_scan(st.Hv, st.decay, d, true, false, Hv0, Hv_last, stream);
   return st;
 }
 
@@ -547,13 +562,11 @@ GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& 
                 Tensor::empty({gd.B, gd.Hkv, gd.K, gd.M}, DType::f32, dev),
                 Tensor::empty({gd.B, gd.Hkv, gd.M, gd.V}, DType::f32, dev),
                 Tensor::empty({gd.B, gd.T, gd.Hq}, DType::f32, dev)};
-  const States st = forward_states(k, v, s, g, Hk0, Hv0, cd, d, stream);
-  forward_output({bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(), bp_mut(r.o),
+  const States st = forward_states(k, v, s, g, Hk0, Hv0, d, stream, r.Hk, r.Hv);
+  forward_output({bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), bp(st.Hk), bp(st.Hv), bp_mut(r.o),
                   r.lse.data<float>(), float(scale)},
                  d, stream);
-  chunk_slot_store(r.Hk, st.Hk, cd.NC);
-  chunk_slot_store(r.Hv, st.Hv, cd.NC);
-  if (keep_states) r.chunk_Hk = st.Hk.t, r.chunk_Hv = st.Hv.t, r.chunk_decay = st.decay;
+  if (keep_states) r.chunk_Hk = st.Hk, r.chunk_Hv = st.Hv, r.chunk_decay = st.decay;
   return r;
 }
 

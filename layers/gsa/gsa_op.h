@@ -19,9 +19,9 @@ namespace hyb {
 
 struct GsaParams {
   std::optional<double> scale;  // unset -> K^(-1/2) (the op default of gsa.md 2.3)
-  // The fused CUDA path keeps its chunk-start memories (fp32, 2 x 4 (K M + M V) bytes per chunk and kv
-  // head: 268 MB at B T 32768, Hkv 16, K = V = M = 64) for the backward instead of recomputing them
-  // (gsa.md 8 `save_chunk_states`).
+  // The fused CUDA path keeps its chunk-start memories (bf16, 2 (K M + M V) bytes per chunk and kv head:
+  // 134 MB at B T 32768, Hkv 16, K = V = M = 64) for the backward instead of recomputing them (gsa.md 8
+  // `save_chunk_states`).
   bool save_chunk_states = false;
 };
 
@@ -45,7 +45,7 @@ struct GsaSaved {    // exactly what gsa_backward reads
   GsaParams params;
   Tensor lse;        // CUDA only: (B, T, Hq) f32 log normaliser of the slot softmax (gsa.md 4.8)
   // The fused path's chunk-start memories (B, Hkv, NC + 1, K, M), (B, Hkv, NC + 1, M, V) and chunk decays
-  // (B, Hkv, NC, M), f32, with params.save_chunk_states; else undefined.
+  // (B, Hkv, NC, M), bf16 and f32, with params.save_chunk_states; else undefined.
   Tensor chunk_Hk, chunk_Hv, chunk_decay;
   // Not saved: the memories of every token, T (K M + M V) per kv head, the slot logits and weights. The
   // CPU backward reruns the recurrence per (b, kv head) and keeps that head's states while it runs; the

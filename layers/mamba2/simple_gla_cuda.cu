@@ -156,18 +156,18 @@ __device__ __forceinline__ void load_state(bf16x* s, const bf16x* slot, const Di
   load_async<KT, VT, NTHREADS>(s, slot, d.V, 0, d.K, d.V);
 }
 
-// This thread's part of sum(slot .* tile) over K x V, slot a bf16 (K, V) state in global memory and
-// tile a state loaded by load_state; NTHREADS threads take part.
+// This thread's part of sum(x .* y) over K x V, x and y states in [KT][VT + 8] tiles (load_state);
+// NTHREADS threads take part.
 template <int KT, int VT, int NTHREADS>
-__device__ __forceinline__ float state_dot(const bf16x* slot, const bf16x* tile, const Dims& d) {
+__device__ __forceinline__ float tile_dot(const bf16x* x, const bf16x* y, const Dims& d) {
   float dot = 0.f;
-  for (int x = threadIdx.x; x < d.K * (d.V / 8); x += NTHREADS) {
-    const int r = x / (d.V / 8), c8 = (x % (d.V / 8)) * 8;
-    const uint4 gv = *reinterpret_cast<const uint4*>(slot + int64_t(r) * d.V + c8);
-    const uint4 tv = *reinterpret_cast<const uint4*>(tile + r * (VT + 8) + c8);
-    const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w}, tw[4] = {tv.x, tv.y, tv.z, tv.w};
+  for (int i = threadIdx.x; i < d.K * (d.V / 8); i += NTHREADS) {
+    const int r = i / (d.V / 8), c8 = (i % (d.V / 8)) * 8;
+    const uint4 xv = *reinterpret_cast<const uint4*>(x + r * (VT + 8) + c8);
+    const uint4 yv = *reinterpret_cast<const uint4*>(y + r * (VT + 8) + c8);
+    const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w}, yw[4] = {yv.x, yv.y, yv.z, yv.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dot += bf16x2_dot(gw[e], tw[e]);
+    for (int e = 0; e < 4; ++e) dot += bf16x2_dot(xw[e], yw[e]);
   }
   return dot;
 }
@@ -359,8 +359,6 @@ __global__ void __launch_bounds__(kSplitThreads, kBwdBlocksPerSm<KT, VT>) backwa
     load_vec<kSplitThreads>(sKd, a.kd + z * kC);
     flash::cp_async_wait<0>();
     __syncthreads();
-    // <S_{c+1}, D_c> for the last row of dG, summed in fp32.
-    const float inner = a.dg ? block_sum<kSplitWarps>(state_dot<KT, VT, kSplitThreads>(Sc + KV, sD, d), sRed) : 0.f;
 
     {  // dP and P of the warp's rows and columns (Q @ K^T is recomputed per head: holding it costs
        // occupancy); a column half wholly above the diagonal is zero
@@ -376,6 +374,7 @@ __global__ void __launch_bounds__(kSplitThreads, kBwdBlocksPerSm<KT, VT>) backwa
     __syncthreads();  // dP^T and P^T read every row
 
     float dg_rows[2] = {0.f, 0.f};
+    float inc = 0.f;  // this thread's share of sum_r <k_r, kd_r (V D^T)_r>, the increment's part of <S_{c+1}, D_c>
     {  // dQ_h = scale gam .* (dO @ S^T) + dP @ K
       float acc[1][NTK][4];
       zero(acc);
@@ -399,6 +398,11 @@ __global__ void __launch_bounds__(kSplitThreads, kBwdBlocksPerSm<KT, VT>) backwa
       for (int ni = 0; ni < NTK; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][ni][e] *= sKd[m0 + frag_row(lane, e)];
+      if (a.dg) {
+        float ri[2];
+        rowdot<NTK>(ri, acc, sK + nk0, KT + 8, m0, lane);
+        inc = lane % 4 == 0 ? ri[0] + ri[1] : 0.f;  // one lane of the quad counts the rows
+      }
       warp_mma<1, NTK, kC, true, false>(acc, sdP, kLdP, m0, sQ, KT + 8, nk0, lane);
       float rd[2];
       rowdot<NTK>(rd, acc, sK + nk0, KT + 8, m0, lane);
@@ -427,6 +431,10 @@ __global__ void __launch_bounds__(kSplitThreads, kBwdBlocksPerSm<KT, VT>) backwa
         }
     }
     if (a.dg) {
+      // <S_{c+1}, D_c> for the last row of dG, as gam_n <S_c, D_c> + sum_r <k_r, kd_r (V D^T)_r> (S_{c+1} =
+      // gam_n S_c + (kd .* K)^T V): the second sum is made of the very terms the rows' rowdot(dK, K) takes
+      // off, so the two cancel to fp32 rounding (reading the bf16 S_{c+1} instead left its rounding in dG).
+      const float inner = block_sum<kSplitWarps>(sGam[n - 1] * tile_dot<KT, VT, kSplitThreads>(sS, sD, d) + inc, sRed);
       if (lane % 4 == 0) {
         const int r0 = m0 + lane / 4;
         const bool add_inner = half == 0;

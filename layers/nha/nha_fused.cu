@@ -252,15 +252,13 @@ NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a) {
   cudaStream_t stream = current_stream(dev.index);
   NhaFusedOut r{Tensor::empty({B, T, Hq, V}, DType::bf16, dev), Tensor::empty({B, Hkv, K, M}, DType::f32, dev),
                 Tensor::empty({B, Hkv, M, V}, DType::f32, dev), Tensor::empty({B, T, Hq}, DType::f32, dev)};
-  const States st = forward_states(k, v, s, g, a.HK0, a.HV0, cd, d, stream);
-  ForwardArgs fa{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), st.Hk.data(), st.Hv.data(),
+  const States st = forward_states(k, v, s, g, a.HK0, a.HV0, d, stream, r.HK, r.HV);
+  ForwardArgs fa{bp(q), bp(k), bp(v), s.data<float>(), g.data<float>(), bp(st.Hk), bp(st.Hv),
                  chunk_mma::bp_mut(r.o), r.lse.data<float>(), float(a.scale)};
   fa.qr = bp(qr), fa.kr = bp(kr), fa.vw = bp(v);
   fa.bias = bias.defined() ? bp(bias) : nullptr;
   fa.window = int(a.window), fa.nb = bias.defined() ? int(bias.size(1)) : 0;
   forward_output(fa, d, stream);
-  chunk_slot_store(r.HK, st.Hk, cd.NC);
-  chunk_slot_store(r.HV, st.Hv, cd.NC);
   return r;
 }
 

@@ -268,6 +268,19 @@ void run_gsa(const GsaCase& c) {
   check("dg", fg.dg, rg.dg);
   check("dHk0", fg.dHk0, rg.dHk0);
   check("dHv0", fg.dHv0, rg.dHv0);
+  // The chunk memories the forward keeps (save_chunk_states) must be what B0 would rebuild.
+  const GsaFusedOut kept = gsa_forward_fused(as(q, DType::bf16), as(k, DType::bf16), as(v, DType::bf16),
+                                             as(s, DType::f32), as(g, DType::f32), as(Hk0, DType::f32),
+                                             as(Hv0, DType::f32), scale, true);
+  GsaSaved ks = fs;
+  ks.chunk_Hk = kept.chunk_Hk, ks.chunk_Hv = kept.chunk_Hv, ks.chunk_decay = kept.chunk_decay;
+  const GsaGrads kg = gsa_backward_fused(ks, as(dout, DType::bf16), as(dHk, DType::f32), as(dHv, DType::f32),
+                                         GradMask{127});
+  const bool same_kept = rel_error(kg.dq, fg.dq) == 0 && rel_error(kg.dk, fg.dk) == 0 && rel_error(kg.dv, fg.dv) == 0 &&
+                         rel_error(kg.ds, fg.ds) == 0 && rel_error(kg.dg, fg.dg) == 0 &&
+                         (!Hk0.defined() || (rel_error(kg.dHk0, fg.dHk0) == 0 && rel_error(kg.dHv0, fg.dHv0) == 0));
+  all_ok = all_ok && same_kept;
+  std::printf("  the kept chunk memories give the same gradients: %s\n", same_kept ? "yes" : "NO  FAIL");
 }
 
 struct NhaCase {
