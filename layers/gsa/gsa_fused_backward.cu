@@ -133,7 +133,7 @@ constexpr int backward_tile_elems() {
 template <int KT, int VT>
 constexpr size_t backward_smem_fixed() {
   const size_t tiles = size_t(backward_tile_elems<KT, VT>()) * 2;
-  return tiles + size_t(2 * kC * kLdF + 11 * kMT + kC + 2 * kC + kBwdThreads * kHalf / 2) * sizeof(float);
+  return tiles + size_t(2 * kC * kLdF + 7 * kMT + kC + 2 * kC + kBwdThreads * kHalf / 2) * sizeof(float);
 }
 
 // The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
@@ -273,8 +273,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   float* sRef = sS + kC * kLdF;                           // [kMT]
   float* sSc = sRef + kMT;                                // [kMT] exp(ref)
   float* sL = sSc + kMT;                                  // [64] lse of the head's rows
-  float* sTail = sL + kC;                                 // [9][kMT] parts of the tail of dG
-  float* sPart = sTail + 9 * kMT;                         // [2][64] each column half's row sums of P .* dP
+  float* sTail = sL + kC;                                 // [5][kMT] parts of the tail of dG
+  float* sPart = sTail + 5 * kMT;                         // [2][64] each column half's row sums of P .* dP
   float4* sDB = reinterpret_cast<float4*>(sPart + 2 * kC);  // [kBwdWarps][kHalf / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
@@ -529,7 +529,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     __syncthreads();
     {  // The tail of dG, sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with HkE = exp(bl) .*c HkS + Kc^T (S .* Rem)
        // (HvE alike): the increments' part equals the sum over the chunk's rows of S .* (the inter part of dS),
-       // which dB subtracts row by row, so it is taken as that sum of the same products (parts 5 .. 8, below)
+       // which dB subtracts row by row, so it is taken as that sum of the same products (sInter, below)
        // and the two cancel to fp32 rounding whatever the memories were rounded to; the carried part is
        // exp(bl) times the bf16 chunk-start memories against dH as rounded in the tiles. In parts the dG pass
        // adds: sTail[p][m] (p < 4) over the rows p, p + 4, ... of Hk, sTail[4][m] over row m of Hv (a lane
@@ -559,14 +559,16 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       }
     }
     // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
-    // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem); its inter part, summed
-    // over the chunk's rows into sTail[5 + row block], is the increments' share of the tail above.
+    // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem); its inter part goes to
+    // sInter (the score tiles' space, free after the head loop), whose column sums are the increments'
+    // share of the tail above.
+    float* sInter = reinterpret_cast<float*>(sA1);  // [64][kLdF]
+    static_assert(kC * kLdF * sizeof(float) <= 2 * kC * kLdA * sizeof(bf16x), "sInter fits sA1 and sdA2");
     {
       float t[1][kHalf / 8][4];
       zero(t);
       warp_mma<1, kHalf / 8, VT, false, true>(t, sV, VT + 8, m0, sHv, VT + 8, n0, lane);
       warp_mma<1, kHalf / 8, KT, false, false>(t, sK, KT + 8, m0, sHk, kLdM, n0, lane);
-      float inter[kHalf / 8][2] = {};  // the thread's two rows summed, per column of its pair
 #pragma unroll
       for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
@@ -576,18 +578,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
           const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
           const float x = bf(sSp[r * kLdM + m]) * t[0][ni][e];
           dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + x;  // S .* dS
-          inter[ni][e % 2] += x;
+          sInter[r * kLdF + m] = x;
           sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
-        }
-#pragma unroll
-      for (int ni = 0; ni < kHalf / 8; ++ni)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          float x = inter[ni][u];
-          x += __shfl_xor_sync(0xffffffffu, x, 4);  // over the 16 rows: the lanes of one column
-          x += __shfl_xor_sync(0xffffffffu, x, 8);
-          x += __shfl_xor_sync(0xffffffffu, x, 16);
-          if (lane < 4) sTail[(5 + warp % 4) * kMT + n0 + ni * 8 + frag_col(lane, u)] = x;
         }
     }
     warp_mma<1, VT / 16, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, nv, lane);
@@ -626,9 +618,14 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     __syncthreads();
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
       const int m = threadIdx.x;
-      float acc = 0.f;
+      float part[4] = {};
 #pragma unroll
-      for (int p = 0; p < 9; ++p) acc += sTail[p * kMT + m];
+      for (int r = 0; r < kC; r += 4)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) part[u] += sInter[(r + u) * kLdF + m];
+      float acc = (part[0] + part[1]) + (part[2] + part[3]);
+#pragma unroll
+      for (int p = 0; p < 5; ++p) acc += sTail[p * kMT + m];
       for (int r = n - 1; r >= lo; --r) {
         acc += sS[r * kLdF + m];
         a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
