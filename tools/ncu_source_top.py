@@ -1,5 +1,5 @@
 """Where one kernel's time goes, instruction by instruction, from Nsight Compute's SASS source page: the
-opcodes by executed instructions and by warp stall samples, then the hottest instructions with their main
+opcodes by executed instructions and by warp stall samples, the stall reasons, then the hottest instructions with their main
 stall reasons. Take the report on the device (a -lineinfo build, one launch):
   ncu -k regex:NAME --launch-skip S --launch-count 1 --section SourceCounters -o /tmp/k $h bench ops ...
   ncu -i /tmp/k.ncu-rep --page source --csv --print-source sass > $OUT/k_sass.csv
@@ -43,6 +43,10 @@ def main():
     print('== opcodes: % of executed instructions, % of stall samples')
     for op, n in by_inst.most_common(top):
         print(f'{op:12s} {100 * n / inst_total:5.1f}%  {100 * by_stall[op] / stall_total:5.1f}%')
+    print('== stall reasons: % of stall samples')
+    by_reason = Counter({k[6:]: sum(number(r[k]) for r in rows) for k in reasons})
+    for k, n in by_reason.most_common(12):
+        print(f'{k:24s} {100 * n / stall_total:5.1f}%')
     print(f'== the {top} instructions with the most stall samples (index in the kernel, % of samples, main reasons)')
     hot = sorted(range(len(rows)), key=lambda i: -number(rows[i][STALL]))[:top]
     for i in sorted(hot):
