@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (any kind with several GPUs), carrying build-carry (tools/build_carried.sh): weak
-# scaling of `hybrid bench dp` on the GPT-2-124M shape, 16 x 1024 tokens per GPU, bf16, at 1 GPU and
+# scaling of `hybrid bench dp` on the GPT-2-124M shape, DP_MICRO (16) sequences of 1024 tokens per GPU and
+# micro-step, DP_ACCUM (1) micro-steps per optimizer step, bf16, at 1 GPU and
 # at each count in DP_NPROCS (default: 2 and, where present, 4 and 8 up to the GPUs visible), each
 # with and without ZeRO-1 (train.data_parallel.zero1). Per run: tokens/s per GPU, weak-scaling
 # efficiency against the 1-GPU run of the same call, the share of the reduction hidden behind
@@ -12,13 +13,15 @@ source tools/device_carried_bins.sh
 gpus=$(nvidia-smi -L | wc -l)
 procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}
 steps=${DP_STEPS:-20}
-bench=(bench dp --config configs/gpt2_124m.json --steps "$steps")
-echo "built from $(head -1 build-carry/commit); $gpus GPUs; runs: 1 and $procs" | tee "$OUT/scaling.log"
-$h "${bench[@]}" --set train.batch_size=16 --out "$OUT/dp_1.json" >> "$OUT/scaling.log" 2>&1
+micro=${DP_MICRO:-16}
+accum=${DP_ACCUM:-1}
+bench=(bench dp --config configs/gpt2_124m.json --steps "$steps" --set train.grad_accum=$accum)
+echo "built from $(head -1 build-carry/commit); $gpus GPUs; runs: 1 and $procs; $micro x 1024 tokens per GPU and micro-step, $accum micro-steps" | tee "$OUT/scaling.log"
+$h "${bench[@]}" --set train.batch_size=$((micro * accum)) --out "$OUT/dp_1.json" >> "$OUT/scaling.log" 2>&1
 echo "1 GPU: rc $?"
 for n in $procs; do
   for zero in false true; do
-    timeout 180 $h launch --nproc-per-node "$n" -- "${bench[@]}" --set train.batch_size=$((16 * n)) \
+    timeout 300 $h launch --nproc-per-node "$n" -- "${bench[@]}" --set train.batch_size=$((micro * accum * n)) \
       --set train.data_parallel.zero1=$zero --out "$OUT/dp_${n}_zero1_${zero}.json" >> "$OUT/scaling.log" 2>&1
     echo "$n GPUs, zero1 $zero: rc $?"
   done
@@ -28,6 +31,7 @@ import glob, json, sys
 out = sys.argv[1]
 one = json.load(open(f"{out}/dp_1.json"))
 base = one["local_tokens_per_s_per_gpu"]
+print(f"per GPU: {one['batch_per_rank']} x {one['seq_len']} tokens a micro-step, {one['grad_accum']} micro-steps a step")
 print("| GPUs | ZeRO-1 | step ms | tokens/s per GPU | efficiency | hidden | reduction alone ms | peak MiB (dp / local) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 print(f"| 1 | - | {one['local_step_ms']:.2f} | {base:.0f} | 1 | - | - | {one['local_peak_allocated_mib']:.0f} |")

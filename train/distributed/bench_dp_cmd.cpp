@@ -9,8 +9,9 @@
 // peak of the caching allocator is reported for the data-parallel and the local steps; NCCL's own
 // buffers are outside it. The data-parallel runs go first, so in ZeRO-1 mode the full AdamW state the
 // local steps need does not exist yet when their peak is taken.
-// The per-rank batch is train.batch_size / ranks sequences (grad_accum is ignored), so weak
-// scaling keeps batch_size / ranks fixed (docs/distributed.md).
+// A step runs train.grad_accum micro-steps of batch_size / (grad_accum x ranks) sequences per rank
+// (config.md 6.2); as in training, only the last micro-step's backward reduces. Weak scaling keeps
+// batch_size / ranks fixed (docs/distributed.md).
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -64,8 +65,10 @@ int cmd_bench_dp(Args& args) {
 #endif
   }
   const int world = env.world_size;
-  HYB_CHECK(tc.batch_size % world == 0, "bench dp: train.batch_size ", tc.batch_size, " is not a multiple of ", world, " ranks");
-  const int64_t b = tc.batch_size / world, T = rc.data.seq_len;
+  const int64_t accum = tc.grad_accum;
+  HYB_CHECK(tc.batch_size % (accum * world) == 0, "bench dp: train.batch_size ", tc.batch_size,
+            " is not a multiple of grad_accum x ranks (", accum, " x ", world, " = ", accum * world, ")");
+  const int64_t b = tc.batch_size / (accum * world), T = rc.data.seq_len;
 
   std::unique_ptr<CausalLM> model = build_model(rc, tc.device, tc.seed);
   std::vector<OptimParam> params;
@@ -96,9 +99,11 @@ int cmd_bench_dp(Args& args) {
   bool timing = false;
   auto step = [&](bool reduce) {
     ev[0].record(compute);
-    Var loss = model->loss(inputs, targets, tc.compute);
-    if (reduce) sync->arm();
-    backward(loss);
+    for (int64_t m = 0; m < accum; ++m) {
+      Var loss = model->loss(inputs, targets, tc.compute);
+      if (reduce && m == accum - 1) sync->arm();
+      backward(loss);
+    }
     ev[1].record(compute);
     if (reduce) sync->finish();
     ev[2].record(compute);
@@ -150,7 +155,7 @@ int cmd_bench_dp(Args& args) {
     if (env.rank == 0) spdlog::info("bench dp: {}", what);
   };
   auto peak_mib = [&] { return double(cuda_allocator_stats(tc.device.index).peak_allocated_bytes) / (1 << 20); };
-  nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"seq_len", T},
+  nlohmann::json r = {{"ranks", world}, {"params", n_params}, {"batch_per_rank", b}, {"grad_accum", accum}, {"seq_len", T},
                       {"precision", tc.precision}, {"bucket_mb", tc.bucket_mb}, {"zero1", bool(zero)}};
   double dp_ms = 0, comm_ms = 0;
   if (sync) {
@@ -162,7 +167,7 @@ int cmd_bench_dp(Args& args) {
     comm_ms = time_ms(comm_only);
     r["dp_step_ms"] = dp_ms;
     r["comm_only_ms"] = comm_ms;
-    r["dp_tokens_per_s_per_gpu"] = double(b * T) / (dp_ms * 1e-3);
+    r["dp_tokens_per_s_per_gpu"] = double(accum * b * T) / (dp_ms * 1e-3);
     r["buckets"] = sync->buckets().size();
     section("phases of data-parallel steps");
     r["phases_dp"] = phases(true);
@@ -173,7 +178,7 @@ int cmd_bench_dp(Args& args) {
   const double local_ms = time_ms([&] { step(false); });
   r["local_peak_allocated_mib"] = peak_mib();
   r["local_step_ms"] = local_ms;
-  r["local_tokens_per_s_per_gpu"] = double(b * T) / (local_ms * 1e-3);
+  r["local_tokens_per_s_per_gpu"] = double(accum * b * T) / (local_ms * 1e-3);
   if (sync) {
     r["efficiency_vs_local"] = local_ms / dp_ms;
     r["hidden_fraction"] = 1.0 - (dp_ms - local_ms) / comm_ms;
