@@ -229,8 +229,7 @@ size_t forward_smem_bytes(int64_t K, int64_t V, bool window);
 void state_scan(const Tensor& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
                 const Tensor& init, const Tensor& last, cudaStream_t stream);
 
-// Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims, with nha's window dqr
-// in B3 or not.
-size_t backward_smem_bytes(int64_t K, int64_t V, bool window = false);
+// Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims.
+size_t backward_smem_bytes(int64_t K, int64_t V);
 
 }  // namespace hyb::gsa_fused

@@ -27,16 +27,7 @@ GsaFusedOut gsa_forward_fused(const Tensor& q, const Tensor& k, const Tensor& v,
 // (nha's window; saved.lse is then the joint one), else undefined (the slots' own rowsum(P .* dP)).
 // shift (nha's token shift, needs saved.lse): the slots read k, v, s, g moved down by shift rows, zeros in
 // front, read in place (gsa_fused.cuh Dims); dk, dv, ds, dg are at the tokens' rows, 0 on the last shift.
-// window (nha, needs delta; K, V <= 64): B3 also computes the window part of the gradient of qr (the
-// window's keys t - window < j <= t of query t, logits scale <qr_t, kr_j>, no bias, values v unshifted)
-// into window->dqr (B, T, Hq, K) f32.
-struct GsaBackwardWindow {
-  Tensor qr, kr;  // (B, T, Hq, K), (B, T, Hkv, K) bf16
-  int64_t window = 0;
-  Tensor dqr;  // out
-};
 GsaGrads gsa_backward_fused(const GsaSaved& saved, const Tensor& dout, const Tensor& dHk, const Tensor& dHv,
-                            GradMask needed, const Tensor& delta = Tensor(), int64_t shift = 0,
-                            GsaBackwardWindow* window = nullptr);
+                            GradMask needed, const Tensor& delta = Tensor(), int64_t shift = 0);
 
 }  // namespace hyb

@@ -42,7 +42,6 @@ using chunk_mma::load_rows_async;
 using chunk_mma::rows16;
 using chunk_mma::set_smem;
 using chunk_mma::warp_mma;
-using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 // B1 and B3 run 8 warps: warp w owns the chunk rows 16 (w % 4) .. + 15 and the column half w / 4 of every
@@ -116,11 +115,6 @@ struct BackwardArgs {
   float *ds, *dg;
   float scale;
   const float* delta = nullptr;  // (B, T, Hq) rowsum(dO .* O) of a larger softmax (nha), or null: the slots'
-  // kWin (nha's window inside B3, no bias): the window keys t - window < j <= t of query t, read from qr,
-  // kr and vw (the unshifted v); B3 writes dqr (B, T, Hq, K) f32, the window part of the rotated-q gradient.
-  const bf16x *qr = nullptr, *kr = nullptr, *vw = nullptr;
-  float* dqr = nullptr;
-  int window = 0;
 };
 
 // bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them.
@@ -155,80 +149,6 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
 
 // The body of B1 (kLocal) and B3 for one chunk after chunk_guard, the path a template argument so
 // that the fallback's registers do not weigh on the fast path.
-// kWin: the window part of head h's dqr for the chunk's rows, before the slot products take the scratch
-// tiles (sA1 onwards: Kr, Vw of the previous chunk and this one, then dS_w) and sQr (past the fp32 part):
-// P_w = exp(scale Qr Kr^T - lse) on the window, dS_w = P_w .* (dO Vw^T - delta), dqr = scale dS_w Kr.
-// A warp takes the 64 keys of its half of the 128 (the previous chunk's or this one's) for dS_w, and its
-// half of the K columns of dqr.
-template <int KT, int VT>
-__device__ __forceinline__ void window_dq(const BackwardArgs& a, const Dims& d, bf16x* sQr, bf16x* scratch,
-                                          const bf16x* sDO, const float* sL, int h) {
-  static_assert(KT == 64 && VT == 64, "Kr, Vw and dS_w fill the scratch tiles at K = V = 64 only");
-  constexpr int kLdW = 2 * kC + 8;
-  bf16x* sKr = scratch;                  // [128][KT + 8], the previous chunk first
-  bf16x* sVw = sKr + 2 * kC * (KT + 8);  // [128][VT + 8]
-  bf16x* sdS = sVw + 2 * kC * (VT + 8);  // [64][kLdW]
-  const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
-  const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
-  // Rows before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
-  load_rows_async<kC, KT, kBwdThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
-                                       d.K);
-  load_rows_async<2 * kC, KT, kBwdThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K);
-  load_rows_async<2 * kC, VT, kBwdThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V);
-  flash::cp_async_commit();
-  flash::cp_async_wait<0>();
-  __syncthreads();
-  float delta[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = m0 + lane / 4 + 8 * hh;
-    delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
-  }
-  // The rows' window keys lie in the 16-key blocks kb_lo .. kb_hi of the 128 (key column x at distance
-  // r + kC - x from row r); the blocks outside are all zero in dS_w and are neither formed nor read.
-  const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
-#pragma unroll
-  for (int nb = 0; nb < kC / 16; ++nb) {  // the warp's half of the blocks
-    const int kb = half * kC / 16 + nb;
-    if (kb < kb_lo || kb > kb_hi) continue;
-    float sw[1][2][4], dpw[1][2][4];
-    zero(sw);
-    warp_mma<1, 2, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, 16 * kb, lane);
-    zero(dpw);
-    warp_mma<1, 2, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, 16 * kb, lane);
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = m0 + frag_row(lane, 2 * hh), x = 16 * kb + 8 * u + frag_col(lane, 0);
-        float ds[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {  // key column x + e = key t0 - kC + x + e at distance r + kC - x - e
-          const int dist = r + kC - x - e;
-          const bool in = dist >= 0 && dist < a.window && (c > 0 || x + e >= kC);
-          const float p = in ? __expf(a.scale * sw[0][u][2 * hh + e] - sL[r]) : 0.f;
-          ds[e] = p * (dpw[0][u][2 * hh + e] - delta[hh]);
-        }
-        *reinterpret_cast<uint32_t*>(sdS + r * kLdW + x) = pack_bf16(ds[0], ds[1]);
-      }
-  }
-  __syncthreads();  // both halves' blocks of dS_w
-  const int nk = half * KT / 2;
-  float x[1][KT / 16][4];
-  zero(x);
-  warp_mma_range<1, KT / 16, false, false>(x, sdS, kLdW, m0, sKr, KT + 8, nk, 16 * kb_lo, 16 * (kb_hi + 1), lane);
-  float* dqr = a.dqr + (int64_t(b) * d.T * d.Hq + h) * d.K;
-#pragma unroll
-  for (int ni = 0; ni < KT / 16; ++ni)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = m0 + frag_row(lane, e), col = nk + ni * 8 + frag_col(lane, e);
-      if (r < n && col < d.K) dqr[int64_t(t0 + r) * d.Hq * d.K + col] = a.scale * x[0][ni][e];
-    }
-  __syncthreads();  // every warp is done with Kr before the slot products write the scratch tiles
-}
-
 // The tiles of q and dO of query head h (sQ, sDO: the first two of the backward's tiles), asynchronously.
 template <int KT, int VT>
 __device__ __forceinline__ void load_head_async(const BackwardArgs& a, const Dims& d, unsigned char* smem, int h) {
@@ -249,7 +169,7 @@ using HvRegs = StateRegs<kMT, VT, kBwdThreads>;
 
 // hk, hv: the chunk-start memories, fetched (gsa_backward_kernel); k, v and the first head's q, dO are
 // in flight to their tiles.
-template <int KT, int VT, bool kLocal, bool kFast, bool kWin>
+template <int KT, int VT, bool kLocal, bool kFast>
 __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem,
                                                const HkRegs<KT>& hk, const HvRegs<VT>& hv) {
   constexpr bool fast = kFast;
@@ -330,8 +250,6 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
     flash::cp_async_wait<0>();
     __syncthreads();
-    if constexpr (kWin)
-      window_dq<KT, VT>(a, d, reinterpret_cast<bf16x*>(smem + backward_smem_fixed<KT, VT>()), sA1, sDO, sL, h);
     {
       float x[1][kHalf / 8][4];
       zero(x);
@@ -634,8 +552,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   }
 }
 
-// B1 (kLocal) and B3 (kWin: with nha's window dqr). Grid (NC, B Hkv).
-template <int KT, int VT, bool kLocal, bool kWin = false>
+// B1 (kLocal) and B3. Grid (NC, B Hkv).
+template <int KT, int VT, bool kLocal>
 __global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Every load the chunk starts with goes out before the gates are summed: k, v and the first head's q,
@@ -653,16 +571,11 @@ __global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs 
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
   if (chunk_guard<KT, VT>(a, d, smem))
-    backward_chunk<KT, VT, kLocal, true, kWin>(a, d, smem, hk, hv);
+    backward_chunk<KT, VT, kLocal, true>(a, d, smem, hk, hv);
   else
-    backward_chunk<KT, VT, kLocal, false, kWin>(a, d, smem, hk, hv);
+    backward_chunk<KT, VT, kLocal, false>(a, d, smem, hk, hv);
 }
 
-// kWin adds sQr [64][KT + 8] past the fixed part.
-template <int KT, int VT>
-size_t backward_smem(bool window = false) {
-  return backward_smem_fixed<KT, VT>() + (window ? size_t(kC) * (KT + 8) * 2 : 0);
-}
 
 // The forward's kept chunk memories (GsaSaved::chunk_Hk, ...) as B0 would recompute them.
 States kept_states(const GsaSaved& sv, const Dims& d) {
@@ -678,9 +591,9 @@ States kept_states(const GsaSaved& sv, const Dims& d) {
 
 }  // namespace
 
-size_t backward_smem_bytes(int64_t K, int64_t V, bool window) {
+size_t backward_smem_bytes(int64_t K, int64_t V) {
   size_t r = 0;
-  visit_tiles(K, V, [&](auto kt, auto vt) { r = backward_smem<decltype(kt)::value, decltype(vt)::value>(window); });
+  visit_tiles(K, V, [&](auto kt, auto vt) { r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value>(); });
   return r;
 }
 
@@ -689,12 +602,10 @@ size_t backward_smem_bytes(int64_t K, int64_t V, bool window) {
 using namespace gsa_fused;
 
 GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tensor& dHk, const Tensor& dHv,
-                            GradMask needed, const Tensor& delta, int64_t shift, GsaBackwardWindow* window) {
+                            GradMask needed, const Tensor& delta, int64_t shift) {
   const GsaDims gd = gsa_dims("gsa_backward", sv.q, sv.k, sv.v, sv.s, sv.g, sv.Hk0, sv.Hv0);
   HYB_CHECK(shift == 0 || (sv.lse.defined() && shift > 0 && shift <= gd.T), "gsa_backward_fused: shift ", shift,
             " needs the forward's lse and 0 <= shift <= T = ", gd.T);
-  HYB_CHECK(!window || (delta.defined() && gd.K <= 64 && gd.V <= 64 && window->window >= 1 && window->window <= kC),
-            "gsa_backward_fused: the window needs delta, K, V <= 64 and 1 <= window <= ", kC);
   const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
   const Tensor s = sv.s.contiguous(), g = sv.g.contiguous();
   const Tensor Hk0 = sv.Hk0.defined() ? sv.Hk0.contiguous() : Tensor();
@@ -722,12 +633,6 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
                  lse.data<float>(), bp(st.Hk), bp(st.Hv), bp_mut(Dk), bp_mut(Dv),       bp_mut(r.dq),
                  bp_mut(r.dk), bp_mut(r.dv), r.ds.data<float>(), r.dg.data<float>(), float(scale),
                  delta.defined() ? delta.data<float>() : nullptr};
-  Tensor qr, kr;
-  if (window) {
-    qr = rows16(window->qr), kr = rows16(window->kr);
-    window->dqr = Tensor::empty(sv.q.shape(), DType::f32, dev);
-    a.qr = bp(qr), a.kr = bp(kr), a.vw = bp(v), a.dqr = window->dqr.data<float>(), a.window = int(window->window);
-  }
   if (Hk0.defined()) {
     r.dHk0 = Tensor::empty(Hk0.shape(), DType::f32, dev);
     r.dHv0 = Tensor::empty(Hv0.shape(), DType::f32, dev);
@@ -736,20 +641,12 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    const size_t smem = backward_smem<KT, VT>();
+    const size_t smem = backward_smem_fixed<KT, VT>();
     set_smem(gsa_backward_kernel<KT, VT, true>, smem);
     gsa_backward_kernel<KT, VT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
     HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
     state_scan(Dk, st.decay, d, false, true, dHkT, r.dHk0, stream);  // B2
     state_scan(Dv, st.decay, d, true, true, dHvT, r.dHv0, stream);
-    if constexpr (KT == 64 && VT == 64)
-      if (window) {
-        const size_t wsmem = backward_smem<KT, VT>(true);
-        set_smem(gsa_backward_kernel<KT, VT, false, true>, wsmem);
-        gsa_backward_kernel<KT, VT, false, true><<<grid, kBwdThreads, wsmem, stream>>>(a, d);  // B3 with the window
-        HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (window)", grid, kBwdThreads, wsmem);
-        return;
-      }
     set_smem(gsa_backward_kernel<KT, VT, false>, smem);
     gsa_backward_kernel<KT, VT, false><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B3
     HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kBwdThreads, smem);

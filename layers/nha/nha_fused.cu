@@ -24,6 +24,7 @@ namespace {
 
 using chunk_mma::load_rows;
 using chunk_mma::warp_mma;
+using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
 // delta[row] = <dout[row], o[row]> over rows of V bf16 elements (V % 8 == 0, 16-byte aligned rows), fp32:
@@ -114,13 +115,95 @@ __global__ void __launch_bounds__(256) add_window_grad_kernel(const bf16x* __res
   }
 }
 
-struct WindowKvArgs {
+struct WindowArgs {
   const bf16x *qr, *kr, *vw, *dout;  // (B, T, Hq, K), (B, T, Hkv, K), (B, T, Hkv, V), (B, T, Hq, V)
   const float *lse, *delta;          // (B, T, Hq): the joint softmax's log normaliser and rowsum(dO .* O)
-  float *dkr, *dv;                   // (B, T, Hkv, K), (B, T, Hkv, V): written whole
+  float *dqr, *dkr, *dv;             // (B, T, Hq, K), (B, T, Hkv, K), (B, T, Hkv, V): written whole
   float scale;
   int window;  // 1 .. kC
 };
+
+constexpr int kDqLd = 2 * kC + 8;  // row stride of the dS tile over the 128 keys of the window kernel below
+template <int KT, int VT>
+constexpr size_t window_dq_smem() {
+  return size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + kC * (KT + 8) + kC * (VT + 8) + kC * kDqLd) * sizeof(bf16x) +
+         kC * sizeof(float);
+}
+
+// The window's query gradient (nha.md 5.3) query-major: one CTA per (chunk of 64 queries, b, kv head), each
+// warp owning 16 queries. The window keys of the chunk's queries are in the previous chunk and this one
+// (window <= 64); a warp forms only the 16-key blocks of the 128 that reach its queries (3 of 8 at w = 32):
+// S = Qr Kr^T and dP = dO Vw^T on the tensor cores, P = exp(scale S - lse) inside the window, dS = P .*
+// (dP - delta) through the warp's rows of a bf16 tile, then dqr = scale dS Kr. Kr and Vw are loaded once
+// for the group's query heads. It was part of gsa's B3 until B3's code outgrew the instruction cache.
+template <int KT, int VT>
+__global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16x* sKr = reinterpret_cast<bf16x*>(smem);  // [128][KT + 8] the previous chunk's keys, then this one's
+  bf16x* sVw = sKr + 2 * kC * (KT + 8);         // [128][VT + 8]
+  bf16x* sQr = sVw + 2 * kC * (VT + 8);         // [64][KT + 8]
+  bf16x* sDO = sQr + kC * (KT + 8);             // [64][VT + 8]
+  bf16x* sdS = sDO + kC * (VT + 8);             // [64][kDqLd], each warp its 16 rows
+  float* sL = reinterpret_cast<float*>(sdS + kC * kDqLd);  // [64] lse of the query rows
+  const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
+  const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
+  // Keys before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
+  load_rows<2 * kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
+  load_rows<2 * kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
+  // Key column x of the 128 is at distance r + kC - x from query row r: the warp's rows see the 16-key
+  // blocks kb_lo .. kb_hi.
+  const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
+  for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
+    __syncthreads();  // the previous head's readers of sQr, sDO, sL are done
+    load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                                nullptr);
+    load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T, d.V,
+                                nullptr);
+    for (int x = threadIdx.x; x < kC; x += kThreads) sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    __syncthreads();
+    float delta[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = m0 + frag_row(lane, 2 * hh);
+      delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
+    }
+    for (int kb = kb_lo; kb <= kb_hi; ++kb) {
+      float sw[1][2][4], dpw[1][2][4];
+      zero(sw);
+      warp_mma<1, 2, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, 16 * kb, lane);
+      zero(dpw);
+      warp_mma<1, 2, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, 16 * kb, lane);
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = m0 + frag_row(lane, 2 * hh), x = 16 * kb + 8 * u + frag_col(lane, 0);
+          float ds[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {  // key column x + e = key t0 - kC + x + e
+            const int dist = r + kC - x - e;
+            const bool in = dist >= 0 && dist < a.window && r < n && (c > 0 || x + e >= kC);
+            const float p = in ? __expf(a.scale * sw[0][u][2 * hh + e] - sL[r]) : 0.f;
+            ds[e] = p * (dpw[0][u][2 * hh + e] - delta[hh]);
+          }
+          *reinterpret_cast<uint32_t*>(sdS + r * kDqLd + x) = pack_bf16(ds[0], ds[1]);
+        }
+    }
+    __syncwarp();  // the warp's dS rows
+    float dq[1][KT / 8][4];
+    zero(dq);
+    warp_mma_range<1, KT / 8, false, false>(dq, sdS, kDqLd, m0, sKr, KT + 8, 0, 16 * kb_lo, 16 * (kb_hi + 1), lane);
+    float* dqr = a.dqr + (int64_t(b) * d.T * d.Hq + h) * d.K;
+#pragma unroll
+    for (int ni = 0; ni < KT / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (r < n && col < d.K) dqr[int64_t(t0 + r) * d.Hq * d.K + col] = a.scale * dq[0][ni][e];
+      }
+  }
+}
 
 constexpr int kWinLd = 16 + 8;  // row stride of the per-warp P^T and dS^T tiles of one 16-query block
 template <int KT, int VT>
@@ -138,7 +221,7 @@ constexpr size_t window_kv_smem() {
 // dKr += dS^T Qr with P^T, dS^T through the warp's own bf16 tiles. The sums stay in registers across
 // heads: no atomics, one write.
 template <int KT, int VT>
-__global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowKvArgs a, Dims d) {
+__global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sKr = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8] the chunk's keys
   bf16x* sVw = sKr + kC * (KT + 8);             // [64][VT + 8]
@@ -262,36 +345,42 @@ NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a) {
   return r;
 }
 
-bool nha_window_dq_fused(const SlotAttentionArgs& a) {
-  // B3's scratch tiles hold the 128 window keys and values at D, Dv <= 64 only; the bias gradient stays
-  // with the slot-attention kernels.
-  return !a.bias.defined() && a.q.size(3) <= 64 && a.v.size(3) <= 64 &&
-         backward_smem_bytes(a.q.size(3), a.v.size(3), true) <= size_t(chunk_mma::max_smem(a.q.device().index));
+bool nha_window_fused(const SlotAttentionArgs& a) {
+  // The window kernels' tiles are sized for D, Dv <= 64; the bias gradient stays with the slot-attention
+  // kernels.
+  return !a.bias.defined() && a.q.size(3) <= 64 && a.v.size(3) <= 64;
 }
 
-SlotAttentionGrads nha_window_kv_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                      const Tensor& dout0) {
+SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
+                                          const Tensor& dout0) {
   using chunk_mma::bp;
   using chunk_mma::rows16;
   const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
   const int64_t Hkv = a.k.size(2), V = a.v.size(3);
-  HYB_CHECK(!a.bias.defined() && K <= 64 && V <= 64 && a.window >= 1 && a.window <= kC, "nha_window_kv_fused: needs "
+  HYB_CHECK(!a.bias.defined() && K <= 64 && V <= 64 && a.window >= 1 && a.window <= kC, "nha_window_grads_fused: needs "
             "no bias, D, Dv <= 64 and 1 <= window <= ", kC, "; got D ", K, ", Dv ", V, ", window ", a.window);
   const Device dev = a.q.device();
   SlotAttentionGrads g;
+  g.dqr = Tensor::empty(a.q.shape(), DType::f32, dev);
   g.dkr = Tensor::empty(a.k.shape(), DType::f32, dev);
   g.dv = Tensor::empty(a.v.shape(), DType::f32, dev);
   if (B * T * Hq == 0) return g;
   const Tensor qr = rows16(a.qr), kr = rows16(a.kr), v = rows16(a.v), dout = rows16(dout0);
   const Tensor lsec = lse.contiguous(), dc = delta.contiguous();
   const Dims d{int(B), int(T), int(Hq), int(Hkv), int(Hq / Hkv), int(K), int(V), 0, int((T + kC - 1) / kC), 0};
-  const WindowKvArgs wa{bp(qr), bp(kr), bp(v), bp(dout), lsec.data<float>(), dc.data<float>(),
-                        g.dkr.data<float>(), g.dv.data<float>(), float(a.scale), int(a.window)};
-  constexpr size_t smem = window_kv_smem<64, 64>();
-  chunk_mma::set_smem(nha_window_kv_kernel<64, 64>, smem);
+  const WindowArgs wa{bp(qr),           bp(kr),           bp(v),           bp(dout),         lsec.data<float>(),
+                      dc.data<float>(), g.dqr.data<float>(), g.dkr.data<float>(), g.dv.data<float>(), float(a.scale),
+                      int(a.window)};
   const dim3 grid(unsigned(d.NC), unsigned(B * Hkv));
-  nha_window_kv_kernel<64, 64><<<grid, kThreads, smem, current_stream(dev.index)>>>(wa, d);
-  HYB_CUDA_LAUNCH_CHECK("nha nha_window_kv_kernel", grid.x * grid.y, kThreads, smem);
+  cudaStream_t stream = current_stream(dev.index);
+  constexpr size_t qsmem = window_dq_smem<64, 64>();
+  chunk_mma::set_smem(nha_window_dq_kernel<64, 64>, qsmem);
+  nha_window_dq_kernel<64, 64><<<grid, kThreads, qsmem, stream>>>(wa, d);
+  HYB_CUDA_LAUNCH_CHECK("nha nha_window_dq_kernel", grid.x * grid.y, kThreads, qsmem);
+  constexpr size_t ksmem = window_kv_smem<64, 64>();
+  chunk_mma::set_smem(nha_window_kv_kernel<64, 64>, ksmem);
+  nha_window_kv_kernel<64, 64><<<grid, kThreads, ksmem, stream>>>(wa, d);
+  HYB_CUDA_LAUNCH_CHECK("nha nha_window_kv_kernel", grid.x * grid.y, kThreads, ksmem);
   return g;
 }
 
@@ -322,7 +411,7 @@ Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTabl
 }
 
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0,
-                                     const Tensor& dout0, const Tensor& dHK, const Tensor& dHV, bool window_dq) {
+                                     const Tensor& dout0, const Tensor& dHK, const Tensor& dHV) {
   const Tensor o = chunk_mma::rows16(o0), dout = chunk_mma::rows16(dout0);
   const int64_t rows = a.q.size(0) * a.q.size(1) * a.q.size(2), V = a.v.size(3);
   const Tensor delta = Tensor::empty({a.q.size(0), a.q.size(1), a.q.size(2)}, DType::f32, a.q.device());
@@ -339,11 +428,7 @@ NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& l
   p.scale = a.scale;
   const GsaSaved sv{a.q, a.k, a.v, a.s, a.g, a.HK0, a.HV0, p, lse};
   auto f32 = [](const Tensor& x) { return x.defined() ? x.to(DType::f32) : Tensor(); };
-  GsaBackwardWindow w{a.qr, a.kr, a.window, Tensor()};
-  NhaSlotGrads r;
-  r.slot = gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta, a.shift, window_dq ? &w : nullptr);
-  r.dqr = w.dqr, r.delta = delta;
-  return r;
+  return {gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta, a.shift), delta};
 }
 
 }  // namespace hyb

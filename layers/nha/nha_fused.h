@@ -8,8 +8,8 @@
 // the shifted stream, given the joint lse and delta = rowsum(dO .* O) (nha_slot_backward_fused); the
 // window side is the slot-attention backward without slots (M = 0) on the same lse and o, whose chunk
 // kernels take delta from o too (dqr per query tile, dkr and dv key-major: no atomics). Without a bias
-// and at D, Dv <= 64 (nha_window_dq_fused), the window's dqr is B3's (gsa_fused.h GsaBackwardWindow) and
-// its dkr, dv come from nha_window_kv_fused on the fused path's delta.
+// and at D, Dv <= 64 (nha_window_fused), the window's dqr, dkr and dv come from two window kernels
+// (nha_window_grads_fused) on the fused path's delta.
 // Taken for bf16 with 1 <= window <= 64, 1 <= M <= 64, D, Dv <= 128 (multiples of 8), any GQA group
 // (the forward not for the long-ratio statistic); HYBRID_NHA_FUSED=0 turns it off.
 //   if (nha_fused_supported(q, d)) { NhaFusedOut y = nha_forward_fused(a); }
@@ -32,22 +32,22 @@ bool nha_fused_supported(const Tensor& q, const NhaDims& d);
 NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a);
 // The slot side of the backward at the unshifted token positions: dq (raw q), dk, dv (bf16), ds, dg and
 // the initial-memory gradients (f32). lse, o: the forward's; dHK, dHV: final-memory gradients or undefined.
-// With window_dq (nha_window_dq_fused(a)), dqr is the window part of the rotated-q gradient (f32);
-// delta = rowsum(dO .* O) (B, T, Hq) f32 either way.
+// delta = rowsum(dO .* O) (B, T, Hq) f32, which the window side needs too.
 struct NhaSlotGrads {
   GsaGrads slot;
-  Tensor dqr, delta;
+  Tensor delta;
 };
-bool nha_window_dq_fused(const SlotAttentionArgs& a);
-// With window_dq, the window's other gradients: dkr (the rotated keys') and the window part of dv, f32,
-// from the joint lse and the slot side's delta (nha_window_kv_kernel, key-major, no atomics).
-SlotAttentionGrads nha_window_kv_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                       const Tensor& dout);
+bool nha_window_fused(const SlotAttentionArgs& a);
+// With nha_window_fused(a), the window's gradients: dqr, dkr (the rotated queries' and keys') and the
+// window part of dv, f32, from the joint lse and the slot side's delta (nha_window_dq_kernel query-major,
+// nha_window_kv_kernel key-major: no atomics).
+SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
+                                          const Tensor& dout);
 // bf16(base + the window gradient win turned back through RoPE): one pass where a cast, the rotation, an
 // fp32 add and a cast back would be four. base (B, T, H, D) bf16, win f32, both contiguous; rope null for
 // none (dv), else the window's table with token t at position offset + t.
 Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTable* rope, int64_t offset);
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
-                                     const Tensor& dout, const Tensor& dHK, const Tensor& dHV, bool window_dq);
+                                     const Tensor& dout, const Tensor& dHK, const Tensor& dHV);
 
 }  // namespace hyb

@@ -174,20 +174,19 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
     SlotAttentionGrads g;
     if (nha_fused_supported(s.q, d)) {
       // The joint softmax split by its logits: the slot side on gsa's fused backward, the window side
-      // from the joint lse and o. Without a bias (at D, Dv <= 64) the window's dqr comes from the slot
-      // side's B3 and its dkr, dv from the fused key-major kernel; else the window side is the
-      // slot-attention backward without slots.
-      const bool window_dq = nha_window_dq_fused(a);
-      const NhaSlotGrads ns = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV, window_dq);
+      // from the joint lse and o. Without a bias (at D, Dv <= 64) the window's gradients come from the
+      // two window kernels; else the window side is the slot-attention backward without slots.
+      const bool window_fused = nha_window_fused(a);
+      const NhaSlotGrads ns = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV);
       const GsaGrads& sg = ns.slot;
-      if (window_dq && !win.separate) {
+      if (window_fused && !win.separate) {
         // Each gradient in one pass: the slot side's bf16 plus the window side's f32 turned back
         // through RoPE.
-        const SlotAttentionGrads wk = nha_window_kv_fused(a, lse, ns.delta, dout);
+        const SlotAttentionGrads wk = nha_window_grads_fused(a, lse, ns.delta, dout);
         const RopeTable tab = p.rope ? rope_table_for(s.q, p, d) : RopeTable();
         const RopeTable* rope = p.rope ? &tab : nullptr;
         NhaGrads r;
-        if (needed[0]) r.dq = nha_add_window_grad(sg.dq, ns.dqr, rope, p.rope_offset);
+        if (needed[0]) r.dq = nha_add_window_grad(sg.dq, wk.dqr, rope, p.rope_offset);
         if (needed[1]) r.dk = nha_add_window_grad(sg.dk, wk.dkr, rope, p.rope_offset);
         if (needed[2]) r.dv = nha_add_window_grad(sg.dv, wk.dv, nullptr, 0);
         if (needed[3]) r.ds = sg.ds;
@@ -196,9 +195,8 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
         if (needed[6]) r.dHV0 = sg.dHv0;
         return r;
       }
-      if (window_dq) {
-        g = nha_window_kv_fused(a, lse, ns.delta, dout);
-        g.dqr = ns.dqr;
+      if (window_fused) {
+        g = nha_window_grads_fused(a, lse, ns.delta, dout);
       } else {
         SlotAttentionArgs w = a;
         w.s = w.g = w.HK0 = w.HV0 = Tensor();

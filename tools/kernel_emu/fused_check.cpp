@@ -10,7 +10,7 @@
 //                           the slot tile, chunks on both sides of the mid-reference guard
 //   fused_check nha         the nha forward (o, final memories, joint lse) and the slot side of its
 //                           backward (dq, dk of the slots, ds, dg, initial memories; without a bias
-//                           at K, V <= 64 also B3's window dq, rotated back, and the window kernel's
+//                           at K, V <= 64 also the window kernels' dq, rotated back,
 //                           dk and dv (with the slots' dv)): T off the chunk and below the window, GQA, initial
 //                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias;
 //                           the slot gradients read in place equal those on shifted copies
@@ -325,15 +325,14 @@ void run_nha(const NhaCase& c) {
   const Tensor dHV = rounded(random_tensor({c.B, c.Hkv, c.M, c.V}, 51, DType::f64, 0.5), DType::f32);
   const NhaSaved rs{q, k, v, s, g, Hk0, Hv0, bias, q, k, p, Tensor(), Tensor()};
   const NhaGrads rg = nha_backward_cpu(rs, dout, dHK, dHV, GradMask{1023});
-  const bool window_dq = nha_window_dq_fused(a);
   const NhaSlotGrads ng = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
-                                                  as(dHV, DType::f32), window_dq);
+                                                  as(dHV, DType::f32));
   const GsaGrads& fg = ng.slot;
-  if (window_dq) {
-    const Tensor dqr = as(ng.dqr, DType::f64);
+  if (nha_window_fused(a)) {
+    // The window kernels: dqr query-major; dkr, and dv with the slot side's part added, key-major.
+    const SlotAttentionGrads wk = nha_window_grads_fused(a, got.lse, ng.delta, as(dout, DType::bf16));
+    const Tensor dqr = as(wk.dqr, DType::f64);
     check("dq window", c.rope ? rope_backward(dqr, tab, 0) : dqr, rg.dq_window);
-    // The window's key-major kernel: dkr, and dv with the slot side's part added.
-    const SlotAttentionGrads wk = nha_window_kv_fused(a, got.lse, ng.delta, as(dout, DType::bf16));
     const Tensor dkr = as(wk.dkr, DType::f64);
     check("dk window", c.rope ? rope_backward(dkr, tab, 0) : dkr, rg.dk_window);
     Tensor dv = as(fg.dv, DType::f64).clone();
@@ -344,7 +343,7 @@ void run_nha(const NhaCase& c) {
     add_(dq, rg.dq_window);
     add_(dk, rg.dk_window);
     const RopeTable* rope = c.rope ? &tab : nullptr;
-    check("dq sum", nha_add_window_grad(fg.dq, ng.dqr, rope, 0), dq);
+    check("dq sum", nha_add_window_grad(fg.dq, wk.dqr, rope, 0), dq);
     check("dk sum", nha_add_window_grad(fg.dk, wk.dkr, rope, 0), dk);
     check("dv sum", nha_add_window_grad(fg.dv, wk.dv, nullptr, 0), rg.dv);
   }
@@ -361,7 +360,7 @@ void run_nha(const NhaCase& c) {
   copied.k = moved_rows(a.k, shift, false), copied.v = moved_rows(a.v, shift, false);
   copied.s = moved_rows(a.s, shift, false), copied.g = moved_rows(a.g, shift, false), copied.shift = 0;
   const GsaGrads cg = nha_slot_backward_fused(copied, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
-                                              as(dHV, DType::f32), false).slot;
+                                              as(dHV, DType::f32)).slot;
   const bool same = same_values(fg.dq, cg.dq) && same_values(fg.dk, moved_rows(cg.dk, shift, true)) &&
                     same_values(fg.dv, moved_rows(cg.dv, shift, true)) &&
                     same_values(fg.ds, moved_rows(cg.ds, shift, true)) &&
