@@ -123,6 +123,18 @@ struct WindowArgs {
   int window;  // 1 .. kC
 };
 
+// One 16 x 16 block of the window's logits and of their gradient's dO V^T part: s = X Y^T over KT columns
+// and dp = dX dY^T over VT, rows m0 of X, dX and n0 of Y, dY. Query-major (X = Qr, dX = dO, Y = Kr, dY = Vw)
+// it gives S and dP, key-major (the roles swapped) S^T and dP^T.
+template <int KT, int VT>
+__device__ __forceinline__ void window_block(float (&s)[1][2][4], float (&dp)[1][2][4], const bf16x* X, const bf16x* Y,
+                                             const bf16x* dX, const bf16x* dY, int m0, int n0, int lane) {
+  zero(s);
+  warp_mma<1, 2, KT, false, true>(s, X, KT + 8, m0, Y, KT + 8, n0, lane);
+  zero(dp);
+  warp_mma<1, 2, VT, false, true>(dp, dX, VT + 8, m0, dY, VT + 8, n0, lane);
+}
+
 constexpr int kDqLd = 2 * kC + 8;  // row stride of the dS tile over the 128 keys of the window kernel below
 template <int KT, int VT>
 constexpr size_t window_dq_smem() {
@@ -170,10 +182,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
     }
     for (int kb = kb_lo; kb <= kb_hi; ++kb) {
       float sw[1][2][4], dpw[1][2][4];
-      zero(sw);
-      warp_mma<1, 2, KT, false, true>(sw, sQr, KT + 8, m0, sKr, KT + 8, 16 * kb, lane);
-      zero(dpw);
-      warp_mma<1, 2, VT, false, true>(dpw, sDO, VT + 8, m0, sVw, VT + 8, 16 * kb, lane);
+      window_block<KT, VT>(sw, dpw, sQr, sKr, sDO, sVw, m0, 16 * kb, lane);
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
@@ -259,10 +268,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
     for (int qb = warp; qb <= qb_hi; ++qb) {
       {
         float st[1][2][4], dpt[1][2][4];
-        zero(st);
-        warp_mma<1, 2, KT, false, true>(st, sKr, KT + 8, m0, sQr, KT + 8, 16 * qb, lane);
-        zero(dpt);
-        warp_mma<1, 2, VT, false, true>(dpt, sVw, VT + 8, m0, sDO, VT + 8, 16 * qb, lane);
+        window_block<KT, VT>(st, dpt, sKr, sQr, sVw, sDO, m0, 16 * qb, lane);
 #pragma unroll
         for (int u = 0; u < 2; ++u)
 #pragma unroll
