@@ -115,13 +115,72 @@ __global__ void __launch_bounds__(256) add_window_grad_kernel(const bf16x* __res
   }
 }
 
+// A window gradient's one-pass sum (nha_window_sum_fused): out = bf16(base + R^T win) row by row, win the
+// kernel's f32 fragment and R^T the transposed RoPE rotation of the dim pairs (i, i + D / 2) at position
+// offset + t (cos, sin: (positions, D / 2); rope_dim = D = the tile width), or no rotation (cos null).
+struct WindowSum {
+  const bf16x* base = nullptr;  // the slot side's gradient, laid out as out
+  bf16x* out = nullptr;         // null: the kernel writes its f32 gradient instead
+  const float *cos = nullptr, *sin = nullptr;
+  int64_t offset = 0;
+};
+
 struct WindowArgs {
   const bf16x *qr, *kr, *vw, *dout;  // (B, T, Hq, K), (B, T, Hkv, K), (B, T, Hkv, V), (B, T, Hq, V)
   const float *lse, *delta;          // (B, T, Hq): the joint softmax's log normaliser and rowsum(dO .* O)
   float *dqr, *dkr, *dv;             // (B, T, Hq, K), (B, T, Hkv, K), (B, T, Hkv, V): written whole
   float scale;
   int window;  // 1 .. kC
+  WindowSum sq, sk, sv;  // with out set: dq, dk, dv summed in place of dqr, dkr, dv
 };
+
+// The warp's rows m0 .. m0 + 15 (those < n) of a window gradient, scale * acc over the columns < D: into
+// the f32 dst, or with sum.out the one-pass sum. at: the element of row 0 (token t0) in the (B, T, H, D)
+// tensors, stride: H D. With RoPE (D = 8 NT) the pair of column i < D / 2 is in tile ni + NT / 2 of the
+// same lane, so the rotation needs no exchange.
+template <int NT>
+__device__ __forceinline__ void store_window_grad(const float (&acc)[1][NT][4], float scale, float* dst,
+                                                  const WindowSum& sum, int64_t at, int64_t stride, int t0, int n,
+                                                  int D, int m0, int lane) {
+  if (!sum.out) {
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+        if (r < n && col < D) dst[at + int64_t(r) * stride + col] = scale * acc[0][ni][e];
+      }
+    return;
+  }
+  constexpr int kHalf = NT * 4;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = m0 + frag_row(lane, 2 * hh);
+    if (r >= n) continue;
+    const int64_t row = at + int64_t(r) * stride, pos = sum.offset + t0 + r;
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni) {
+      const int col = ni * 8 + frag_col(lane, 0);
+      const float w0 = scale * acc[0][ni][2 * hh], w1 = scale * acc[0][ni][2 * hh + 1];
+      if (!sum.cos) {
+        if (col >= D) continue;
+        const uint32_t b = *reinterpret_cast<const uint32_t*>(sum.base + row + col);
+        *reinterpret_cast<uint32_t*>(sum.out + row + col) = pack_bf16(bf16x2_lo(b) + w0, bf16x2_hi(b) + w1);
+        continue;
+      }
+      if (ni >= NT / 2) continue;  // written with its pair
+      const uint32_t b = *reinterpret_cast<const uint32_t*>(sum.base + row + col);
+      const float u0 = scale * acc[0][ni + NT / 2][2 * hh], u1 = scale * acc[0][ni + NT / 2][2 * hh + 1];
+      const float2 c = *reinterpret_cast<const float2*>(sum.cos + pos * kHalf + col);
+      const float2 sn = *reinterpret_cast<const float2*>(sum.sin + pos * kHalf + col);
+      const uint32_t bh = *reinterpret_cast<const uint32_t*>(sum.base + row + col + kHalf);
+      *reinterpret_cast<uint32_t*>(sum.out + row + col) =
+          pack_bf16(bf16x2_lo(b) + w0 * c.x + u0 * sn.x, bf16x2_hi(b) + w1 * c.y + u1 * sn.y);
+      *reinterpret_cast<uint32_t*>(sum.out + row + col + kHalf) =
+          pack_bf16(bf16x2_lo(bh) + u0 * c.x - w0 * sn.x, bf16x2_hi(bh) + u1 * c.y - w1 * sn.y);
+    }
+  }
+}
 
 // One 16 x 16 block of the window's logits and of their gradient's dO V^T part: s = X Y^T over KT columns
 // and dp = dX dY^T over VT, rows m0 of X, dX and n0 of Y, dY. Query-major (X = Qr, dX = dO, Y = Kr, dY = Vw)
@@ -203,14 +262,8 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
     float dq[1][KT / 8][4];
     zero(dq);
     warp_mma_range<1, KT / 8, false, false>(dq, sdS, kDqLd, m0, sKr, KT + 8, 0, 16 * kb_lo, 16 * (kb_hi + 1), lane);
-    float* dqr = a.dqr + (int64_t(b) * d.T * d.Hq + h) * d.K;
-#pragma unroll
-    for (int ni = 0; ni < KT / 8; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (r < n && col < d.K) dqr[int64_t(t0 + r) * d.Hq * d.K + col] = a.scale * dq[0][ni][e];
-      }
+    store_window_grad(dq, a.scale, a.dqr, a.sq, ((int64_t(b) * d.T + t0) * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0,
+                      n, d.K, m0, lane);
   }
 }
 
@@ -292,23 +345,10 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
       __syncwarp();  // the warp's P^T, dS^T rows are read before the next block writes them
     }
   }
-  float* dkr = a.dkr + (int64_t(b) * d.T * d.Hkv + j) * d.K;
-  float* dvo = a.dv + (int64_t(b) * d.T * d.Hkv + j) * d.V;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int r = m0 + frag_row(lane, e);
-    if (r >= n) continue;
-#pragma unroll
-    for (int ni = 0; ni < KT / 8; ++ni) {
-      const int col = ni * 8 + frag_col(lane, e);
-      if (col < d.K) dkr[int64_t(t0 + r) * d.Hkv * d.K + col] = a.scale * dk[0][ni][e];
-    }
-#pragma unroll
-    for (int ni = 0; ni < VT / 8; ++ni) {
-      const int col = ni * 8 + frag_col(lane, e);
-      if (col < d.V) dvo[int64_t(t0 + r) * d.Hkv * d.V + col] = dv[0][ni][e];
-    }
-  }
+  store_window_grad(dk, a.scale, a.dkr, a.sk, ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0,
+                    n, d.K, m0, lane);
+  store_window_grad(dv, 1.f, a.dv, a.sv, ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, n,
+                    d.V, m0, lane);
 }
 
 }  // namespace
@@ -357,28 +397,27 @@ bool nha_window_fused(const SlotAttentionArgs& a) {
   return !a.bias.defined() && a.q.size(3) <= 64 && a.v.size(3) <= 64;
 }
 
-SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                          const Tensor& dout0) {
+namespace {
+
+// Both window kernels over (chunk, b, kv head): the f32 gradients of g, or with sums set the one-pass sums.
+void launch_window_kernels(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta, const Tensor& dout0,
+                           SlotAttentionGrads& g, WindowArgs sums) {
   using chunk_mma::bp;
   using chunk_mma::rows16;
   const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
   const int64_t Hkv = a.k.size(2), V = a.v.size(3);
-  HYB_CHECK(!a.bias.defined() && K <= 64 && V <= 64 && a.window >= 1 && a.window <= kC, "nha_window_grads_fused: needs "
+  HYB_CHECK(!a.bias.defined() && K <= 64 && V <= 64 && a.window >= 1 && a.window <= kC, "nha window kernels: need "
             "no bias, D, Dv <= 64 and 1 <= window <= ", kC, "; got D ", K, ", Dv ", V, ", window ", a.window);
-  const Device dev = a.q.device();
-  SlotAttentionGrads g;
-  g.dqr = Tensor::empty(a.q.shape(), DType::f32, dev);
-  g.dkr = Tensor::empty(a.k.shape(), DType::f32, dev);
-  g.dv = Tensor::empty(a.v.shape(), DType::f32, dev);
-  if (B * T * Hq == 0) return g;
+  if (B * T * Hq == 0) return;
   const Tensor qr = rows16(a.qr), kr = rows16(a.kr), v = rows16(a.v), dout = rows16(dout0);
   const Tensor lsec = lse.contiguous(), dc = delta.contiguous();
   const Dims d{int(B), int(T), int(Hq), int(Hkv), int(Hq / Hkv), int(K), int(V), 0, int((T + kC - 1) / kC), 0};
-  const WindowArgs wa{bp(qr),           bp(kr),           bp(v),           bp(dout),         lsec.data<float>(),
-                      dc.data<float>(), g.dqr.data<float>(), g.dkr.data<float>(), g.dv.data<float>(), float(a.scale),
-                      int(a.window)};
+  auto f32 = [](const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
+  WindowArgs wa = sums;
+  wa.qr = bp(qr), wa.kr = bp(kr), wa.vw = bp(v), wa.dout = bp(dout), wa.lse = lsec.data<float>(), wa.delta = dc.data<float>();
+  wa.dqr = f32(g.dqr), wa.dkr = f32(g.dkr), wa.dv = f32(g.dv), wa.scale = float(a.scale), wa.window = int(a.window);
   const dim3 grid(unsigned(d.NC), unsigned(B * Hkv));
-  cudaStream_t stream = current_stream(dev.index);
+  cudaStream_t stream = current_stream(a.q.device().index);
   constexpr size_t qsmem = window_dq_smem<64, 64>();
   chunk_mma::set_smem(nha_window_dq_kernel<64, 64>, qsmem);
   nha_window_dq_kernel<64, 64><<<grid, kThreads, qsmem, stream>>>(wa, d);
@@ -387,7 +426,50 @@ SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tens
   chunk_mma::set_smem(nha_window_kv_kernel<64, 64>, ksmem);
   nha_window_kv_kernel<64, 64><<<grid, kThreads, ksmem, stream>>>(wa, d);
   HYB_CUDA_LAUNCH_CHECK("nha nha_window_kv_kernel", grid.x * grid.y, kThreads, ksmem);
+}
+
+}  // namespace
+
+SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
+                                          const Tensor& dout) {
+  const Device dev = a.q.device();
+  SlotAttentionGrads g;
+  g.dqr = Tensor::empty(a.q.shape(), DType::f32, dev);
+  g.dkr = Tensor::empty(a.k.shape(), DType::f32, dev);
+  g.dv = Tensor::empty(a.v.shape(), DType::f32, dev);
+  launch_window_kernels(a, lse, delta, dout, g, WindowArgs{});
   return g;
+}
+
+bool nha_window_sum_fused_ok(const SlotAttentionArgs& a, const RopeTable* rope) {
+  return nha_window_fused(a) && (!rope || (rope->rope_dim == a.q.size(3) && a.q.size(3) == 64));
+}
+
+NhaWindowSum nha_window_sum_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
+                                  const Tensor& dout, const GsaGrads& slot, const RopeTable* rope, int64_t offset) {
+  HYB_CHECK(nha_window_sum_fused_ok(a, rope), "nha_window_sum_fused: needs nha_window_fused and RoPE over D = 64 or ",
+            "none; got D ", a.q.size(3), ", rope_dim ", rope ? rope->rope_dim : 0);
+  auto base = [](const Tensor& t, const Tensor& like) {
+    HYB_CHECK(t.dtype() == DType::bf16 && t.shape() == like.shape() && t.is_contiguous(), "nha_window_sum_fused: the "
+              "slot side's gradient is ", t.str(), "; expected a contiguous bf16 ", shape_str(like.shape()));
+    return t;
+  };
+  const Tensor bq = base(slot.dq, a.q), bk = base(slot.dk, a.k), bv = base(slot.dv, a.v);
+  HYB_CHECK(!rope || (rope->cos.device() == a.q.device() && offset + a.q.size(1) <= rope->cos.size(0)),
+            "nha_window_sum_fused: the RoPE table (", rope ? rope->cos.size(0) : 0, " positions) does not reach position ",
+            offset + a.q.size(1) - 1);
+  const Device dev = a.q.device();
+  NhaWindowSum r{Tensor::empty(a.q.shape(), DType::bf16, dev), Tensor::empty(a.k.shape(), DType::bf16, dev),
+                 Tensor::empty(a.v.shape(), DType::bf16, dev)};
+  const float* cos = rope ? rope->cos.data<float>() : nullptr;
+  const float* sin = rope ? rope->sin.data<float>() : nullptr;
+  WindowArgs sums{};
+  sums.sq = {chunk_mma::bp(bq), chunk_mma::bp_mut(r.dq), cos, sin, offset};
+  sums.sk = {chunk_mma::bp(bk), chunk_mma::bp_mut(r.dk), cos, sin, offset};
+  sums.sv = {chunk_mma::bp(bv), chunk_mma::bp_mut(r.dv), nullptr, nullptr, 0};
+  SlotAttentionGrads none;
+  launch_window_kernels(a, lse, delta, dout, none, sums);
+  return r;
 }
 
 Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTable* rope, int64_t offset) {

@@ -181,14 +181,21 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
       const GsaGrads& sg = ns.slot;
       if (window_fused && !win.separate) {
         // Each gradient in one pass: the slot side's bf16 plus the window side's f32 turned back
-        // through RoPE.
-        const SlotAttentionGrads wk = nha_window_grads_fused(a, lse, ns.delta, dout);
+        // through RoPE, inside the window kernels where the rotation allows, else after them.
         const RopeTable tab = p.rope ? rope_table_for(s.q, p, d) : RopeTable();
         const RopeTable* rope = p.rope ? &tab : nullptr;
         NhaGrads r;
-        if (needed[0]) r.dq = nha_add_window_grad(sg.dq, wk.dqr, rope, p.rope_offset);
-        if (needed[1]) r.dk = nha_add_window_grad(sg.dk, wk.dkr, rope, p.rope_offset);
-        if (needed[2]) r.dv = nha_add_window_grad(sg.dv, wk.dv, nullptr, 0);
+        if (nha_window_sum_fused_ok(a, rope)) {
+          const NhaWindowSum w = nha_window_sum_fused(a, lse, ns.delta, dout, sg, rope, p.rope_offset);
+          if (needed[0]) r.dq = w.dq;
+          if (needed[1]) r.dk = w.dk;
+          if (needed[2]) r.dv = w.dv;
+        } else {
+          const SlotAttentionGrads wk = nha_window_grads_fused(a, lse, ns.delta, dout);
+          if (needed[0]) r.dq = nha_add_window_grad(sg.dq, wk.dqr, rope, p.rope_offset);
+          if (needed[1]) r.dk = nha_add_window_grad(sg.dk, wk.dkr, rope, p.rope_offset);
+          if (needed[2]) r.dv = nha_add_window_grad(sg.dv, wk.dv, nullptr, 0);
+        }
         if (needed[3]) r.ds = sg.ds;
         if (needed[4]) r.dg = sg.dg;
         if (needed[5]) r.dHK0 = sg.dHk0;

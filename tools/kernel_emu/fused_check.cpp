@@ -11,7 +11,8 @@
 //   fused_check nha         the nha forward (o, final memories, joint lse) and the slot side of its
 //                           backward (dq, dk of the slots, ds, dg, initial memories; without a bias
 //                           at K, V <= 64 also the window kernels' dq, rotated back,
-//                           dk and dv (with the slots' dv)): T off the chunk and below the window, GQA, initial
+//                           dk and dv (with the slots' dv), and their one-pass sums with the slot side's
+//                           gradients): T off the chunk and below the window, GQA, initial
 //                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias;
 //                           the slot gradients read in place equal those on shifted copies
 #include <algorithm>
@@ -346,6 +347,13 @@ void run_nha(const NhaCase& c) {
     check("dq sum", nha_add_window_grad(fg.dq, wk.dqr, rope, 0), dq);
     check("dk sum", nha_add_window_grad(fg.dk, wk.dkr, rope, 0), dk);
     check("dv sum", nha_add_window_grad(fg.dv, wk.dv, nullptr, 0), rg.dv);
+    // The same sums formed inside the window kernels.
+    if (nha_window_sum_fused_ok(a, rope)) {
+      const NhaWindowSum ws = nha_window_sum_fused(a, got.lse, ng.delta, as(dout, DType::bf16), fg, rope, 0);
+      check("dq one pass", ws.dq, dq);
+      check("dk one pass", ws.dk, dk);
+      check("dv one pass", ws.dv, rg.dv);
+    }
   }
   check("dq", fg.dq, rg.dq);
   check("dk", fg.dk, rg.dk);
