@@ -134,51 +134,74 @@ struct WindowArgs {
   WindowSum sq, sk, sv;  // with out set: dq, dk, dv summed in place of dqr, dkr, dv
 };
 
-// The warp's rows m0 .. m0 + 15 (those < n) of a window gradient, scale * acc over the columns < D: into
-// the f32 dst, or with sum.out the one-pass sum. at: the element of row 0 (token t0) in the (B, T, H, D)
-// tensors, stride: H D. With RoPE (D = 8 NT) the pair of column i < D / 2 is in tile ni + NT / 2 of the
-// same lane, so the rotation needs no exchange.
+// The warp's rows m0 .. m0 + 15 (those < n) of a window gradient, scale * acc over the columns < D, into
+// the f32 dst. at: the element of row 0 (token t0) in the (B, T, H, D) tensor, stride: H D.
 template <int NT>
-__device__ __forceinline__ void store_window_grad(const float (&acc)[1][NT][4], float scale, float* dst,
-                                                  const WindowSum& sum, int64_t at, int64_t stride, int t0, int n,
-                                                  int D, int m0, int lane) {
-  if (!sum.out) {
+__device__ __forceinline__ void store_window_grad(const float (&acc)[1][NT][4], float scale, float* dst, int64_t at,
+                                                  int64_t stride, int n, int D, int m0, int lane) {
 #pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
+  for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        if (r < n && col < D) dst[at + int64_t(r) * stride + col] = scale * acc[0][ni][e];
-      }
-    return;
-  }
-  constexpr int kHalf = NT * 4;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = m0 + frag_row(lane, 2 * hh);
-    if (r >= n) continue;
-    const int64_t row = at + int64_t(r) * stride, pos = sum.offset + t0 + r;
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni) {
-      const int col = ni * 8 + frag_col(lane, 0);
-      const float w0 = scale * acc[0][ni][2 * hh], w1 = scale * acc[0][ni][2 * hh + 1];
-      if (!sum.cos) {
-        if (col >= D) continue;
-        const uint32_t b = *reinterpret_cast<const uint32_t*>(sum.base + row + col);
-        *reinterpret_cast<uint32_t*>(sum.out + row + col) = pack_bf16(bf16x2_lo(b) + w0, bf16x2_hi(b) + w1);
-        continue;
-      }
-      if (ni >= NT / 2) continue;  // written with its pair
-      const uint32_t b = *reinterpret_cast<const uint32_t*>(sum.base + row + col);
-      const float u0 = scale * acc[0][ni + NT / 2][2 * hh], u1 = scale * acc[0][ni + NT / 2][2 * hh + 1];
-      const float2 c = *reinterpret_cast<const float2*>(sum.cos + pos * kHalf + col);
-      const float2 sn = *reinterpret_cast<const float2*>(sum.sin + pos * kHalf + col);
-      const uint32_t bh = *reinterpret_cast<const uint32_t*>(sum.base + row + col + kHalf);
-      *reinterpret_cast<uint32_t*>(sum.out + row + col) =
-          pack_bf16(bf16x2_lo(b) + w0 * c.x + u0 * sn.x, bf16x2_hi(b) + w1 * c.y + u1 * sn.y);
-      *reinterpret_cast<uint32_t*>(sum.out + row + col + kHalf) =
-          pack_bf16(bf16x2_lo(bh) + u0 * c.x - w0 * sn.x, bf16x2_hi(bh) + u1 * c.y - w1 * sn.y);
+    for (int e = 0; e < 4; ++e) {
+      const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
+      if (r < n && col < D) dst[at + int64_t(r) * stride + col] = scale * acc[0][ni][e];
     }
+}
+
+// For the one-pass sum: the warp's 16 rows of scale * acc into the f32 tile st (row stride kStageLd),
+// which sum_window_rows reads row by row after a barrier.
+constexpr int kStageLd = 64 + 4;  // 64 x kStageLd floats fit the kernels' 64 x (2 kC + 8) bf16 tiles
+template <int NT>
+__device__ __forceinline__ void stage_window_grad(const float (&acc)[1][NT][4], float scale, float* st, int m0,
+                                                  int lane) {
+  static_assert(NT * 8 <= kStageLd, "the stage holds 64 columns");
+#pragma unroll
+  for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      *reinterpret_cast<float2*>(st + (m0 + frag_row(lane, 2 * hh)) * kStageLd + ni * 8 + frag_col(lane, 0)) =
+          make_float2(scale * acc[0][ni][2 * hh], scale * acc[0][ni][2 * hh + 1]);
+}
+
+// out = bf16(base + R^T st) for the rows r < n of the staged tile, 8 columns (16 bytes) a thread, with RoPE
+// each group of the first half with its partner D / 2 columns on; at, stride as store_window_grad.
+__device__ __forceinline__ void sum_window_rows(const float* st, const WindowSum& sum, int64_t at, int64_t stride,
+                                                int t0, int n, int D) {
+  auto load8 = [](const float* p, float (&v)[8]) {  // 16-byte aligned: c8 and the row strides are multiples of 4
+    const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  };
+  auto add8 = [](const uint4& b, const float (&x)[8]) {
+    const uint32_t bw[4] = {b.x, b.y, b.z, b.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = pack_bf16(bf16x2_lo(bw[e]) + x[2 * e], bf16x2_hi(bw[e]) + x[2 * e + 1]);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  };
+  const int half = D / 2, units = sum.cos ? half / 8 : D / 8;
+  for (int x = threadIdx.x; x < n * units; x += blockDim.x) {
+    const int r = x / units, c8 = (x % units) * 8;
+    const int64_t row = at + int64_t(r) * stride;
+    float w[8];
+    load8(st + r * kStageLd + c8, w);
+    const uint4 b = *reinterpret_cast<const uint4*>(sum.base + row + c8);
+    if (!sum.cos) {
+      *reinterpret_cast<uint4*>(sum.out + row + c8) = add8(b, w);
+      continue;
+    }
+    const int64_t pos = sum.offset + t0 + r;
+    float u[8], c[8], sn[8], lo[8], hi[8];
+    load8(st + r * kStageLd + c8 + half, u);
+    load8(sum.cos + pos * half + c8, c);
+    load8(sum.sin + pos * half + c8, sn);
+    const uint4 bh = *reinterpret_cast<const uint4*>(sum.base + row + c8 + half);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = w[i] * c[i] + u[i] * sn[i];
+      hi[i] = u[i] * c[i] - w[i] * sn[i];
+    }
+    *reinterpret_cast<uint4*>(sum.out + row + c8) = add8(b, lo);
+    *reinterpret_cast<uint4*>(sum.out + row + c8 + half) = add8(bh, hi);
   }
 }
 
@@ -262,8 +285,16 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
     float dq[1][KT / 8][4];
     zero(dq);
     warp_mma_range<1, KT / 8, false, false>(dq, sdS, kDqLd, m0, sKr, KT + 8, 0, 16 * kb_lo, 16 * (kb_hi + 1), lane);
-    store_window_grad(dq, a.scale, a.dqr, a.sq, ((int64_t(b) * d.T + t0) * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0,
-                      n, d.K, m0, lane);
+    const int64_t at = ((int64_t(b) * d.T + t0) * d.Hq + h) * d.K, stride = int64_t(d.Hq) * d.K;
+    if (!a.sq.out) {
+      store_window_grad(dq, a.scale, a.dqr, at, stride, n, d.K, m0, lane);
+    } else {
+      float* st = reinterpret_cast<float*>(sdS);
+      __syncthreads();  // every warp's reads of sdS are done
+      stage_window_grad(dq, a.scale, st, m0, lane);
+      __syncthreads();
+      sum_window_rows(st, a.sq, at, stride, t0, n, d.K);
+    }
   }
 }
 
@@ -345,10 +376,20 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
       __syncwarp();  // the warp's P^T, dS^T rows are read before the next block writes them
     }
   }
-  store_window_grad(dk, a.scale, a.dkr, a.sk, ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, t0,
-                    n, d.K, m0, lane);
-  store_window_grad(dv, 1.f, a.dv, a.sv, ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, t0, n,
-                    d.V, m0, lane);
+  const int64_t at_k = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.K, at_v = ((int64_t(b) * d.T + t0) * d.Hkv + j) * d.V;
+  if (!a.sk.out) {
+    store_window_grad(dk, a.scale, a.dkr, at_k, int64_t(d.Hkv) * d.K, n, d.K, m0, lane);
+    store_window_grad(dv, 1.f, a.dv, at_v, int64_t(d.Hkv) * d.V, n, d.V, m0, lane);
+    return;
+  }
+  float* st_k = reinterpret_cast<float*>(sQr);  // the query tiles are free after the last head
+  float* st_v = reinterpret_cast<float*>(sDO);
+  __syncthreads();
+  stage_window_grad(dk, a.scale, st_k, m0, lane);
+  stage_window_grad(dv, 1.f, st_v, m0, lane);
+  __syncthreads();
+  sum_window_rows(st_k, a.sk, at_k, int64_t(d.Hkv) * d.K, t0, n, d.K);
+  sum_window_rows(st_v, a.sv, at_v, int64_t(d.Hkv) * d.V, t0, n, d.V);
 }
 
 }  // namespace
