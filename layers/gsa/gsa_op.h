@@ -45,8 +45,9 @@ struct GsaSaved {    // exactly what gsa_backward reads
   GsaParams params;
   Tensor lse;        // CUDA only: (B, T, Hq) f32 log normaliser of the slot softmax (gsa.md 4.8)
   // The fused path's chunk-start memories (B, Hkv, NC + 1, K, M), (B, Hkv, NC + 1, M, V) and chunk decays
-  // (B, Hkv, NC, M), bf16 and f32, with params.save_chunk_states; else undefined.
-  Tensor chunk_Hk, chunk_Hv, chunk_decay;
+  // (B, Hkv, NC, M), bf16 and f32, with params.save_chunk_states; else undefined (the records that do not
+  // keep them leave them out of their braces).
+  Tensor chunk_Hk{}, chunk_Hv{}, chunk_decay{};
   // Not saved: the memories of every token, T (K M + M V) per kv head, the slot logits and weights. The
   // CPU backward reruns the recurrence per (b, kv head) and keeps that head's states while it runs; the
   // CUDA backward recomputes the chunk-start states (unless kept) and rebuilds the softmax from lse.
