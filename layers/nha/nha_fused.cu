@@ -132,52 +132,7 @@ struct WindowArgs {
   float scale;
   int window;  // 1 .. kC
   WindowSum sq, sk, sv;  // with out set: dq, dk, dv summed in place of dqr, dkr, dv
-  // Set: qr and kr are the unrotated q and k, rotated on their way into shared memory (RoPE over all of
-  // D = 64, token t at position rope_offset + t; tables (positions, 32)).
-  const float *rope_cos = nullptr, *rope_sin = nullptr;
-  int64_t rope_offset = 0;
 };
-
-// load_rows of ROWS rows of DT = D bf16 columns from token t0 on, or with a.rope_cos set the rows rotated
-// on the way (RoPE over all of D: pairs (i, i + D / 2)) exactly as rope_forward computes them, in fp32 and
-// rounded to bf16 once: the window kernels read q and k without a rotated copy in memory.
-template <int ROWS, int DT>
-__device__ __forceinline__ void load_window_rows(const WindowArgs& a, bf16x* s, const bf16x* head, int64_t row_stride,
-                                                 int t0, int T, int D) {
-  if (!a.rope_cos) {
-    load_rows<ROWS, DT, kThreads>(s, head, row_stride, t0, T, D, nullptr);
-    return;
-  }
-  constexpr int kHalf = DT / 2, kUnits = kHalf / 8;
-  auto load8 = [](const float* p, float (&v)[8]) {
-    const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
-    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-  };
-  for (int x = threadIdx.x; x < ROWS * kUnits; x += kThreads) {
-    const int r = x / kUnits, c8 = (x % kUnits) * 8, t = t0 + r;
-    uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;  // rows outside the sequence stay zeros
-    if (t >= 0 && t < T) {
-      const uint4 xa = *reinterpret_cast<const uint4*>(head + int64_t(t) * row_stride + c8);
-      const uint4 xb = *reinterpret_cast<const uint4*>(head + int64_t(t) * row_stride + c8 + kHalf);
-      const uint32_t aw[4] = {xa.x, xa.y, xa.z, xa.w}, bw[4] = {xb.x, xb.y, xb.z, xb.w};
-      float c[8], sn[8];
-      load8(a.rope_cos + (a.rope_offset + t) * kHalf + c8, c);
-      load8(a.rope_sin + (a.rope_offset + t) * kHalf + c8, sn);
-      uint32_t y1[4], y2[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float a0 = bf16x2_lo(aw[e]), a1 = bf16x2_hi(aw[e]), b0 = bf16x2_lo(bw[e]), b1 = bf16x2_hi(bw[e]);
-        const int i = 2 * e;
-        y1[e] = pack_bf16(a0 * c[i] - b0 * sn[i], a1 * c[i + 1] - b1 * sn[i + 1]);
-        y2[e] = pack_bf16(a0 * sn[i] + b0 * c[i], a1 * sn[i + 1] + b1 * c[i + 1]);
-      }
-      lo = make_uint4(y1[0], y1[1], y1[2], y1[3]);
-      hi = make_uint4(y2[0], y2[1], y2[2], y2[3]);
-    }
-    *reinterpret_cast<uint4*>(s + r * (DT + 8) + c8) = lo;
-    *reinterpret_cast<uint4*>(s + r * (DT + 8) + c8 + kHalf) = hi;
-  }
-}
 
 // The warp's rows m0 .. m0 + 15 (those < n) of a window gradient, scale * acc over the columns < D, into
 // the f32 dst. at: the element of row 0 (token t0) in the (B, T, H, D) tensor, stride: H D.
@@ -288,14 +243,15 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
   // Keys before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
-  load_window_rows<2 * kC, KT>(a, sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K);
+  load_rows<2 * kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
   load_rows<2 * kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
   // Key column x of the 128 is at distance r + kC - x from query row r: the warp's rows see the 16-key
   // blocks kb_lo .. kb_hi.
   const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
   for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
     __syncthreads();  // the previous head's readers of sQr, sDO, sL are done
-    load_window_rows<kC, KT>(a, sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K);
+    load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
+                                nullptr);
     load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T, d.V,
                                 nullptr);
     for (int x = threadIdx.x; x < kC; x += kThreads) sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
@@ -371,7 +327,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
   const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
-  load_window_rows<kC, KT>(a, sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K);
+  load_rows<kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K, nullptr);
   load_rows<kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V, nullptr);
   // The second half holds queries only when the window reaches past the chunk and the sequence goes on.
   const int halves = a.window > 1 && t0 + kC < d.T ? 2 : 1;
@@ -380,8 +336,8 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
   zero(dv);
   for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
     __syncthreads();  // the previous head's readers of sQr, sDO, sL, sD are done
-    load_window_rows<2 * kC, KT>(a, sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
-                                 d.K);
+    load_rows<2 * kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
+                                    d.K, nullptr);
     load_rows<2 * kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0,
                                     d.T, d.V, nullptr);
     for (int x = threadIdx.x; x < 2 * kC; x += kThreads) {
@@ -531,8 +487,7 @@ bool nha_window_sum_fused_ok(const SlotAttentionArgs& a, const RopeTable* rope) 
 }
 
 NhaWindowSum nha_window_sum_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                  const Tensor& dout, const GsaGrads& slot, const RopeTable* rope, int64_t offset,
-                                  bool rotate_on_load) {
+                                  const Tensor& dout, const GsaGrads& slot, const RopeTable* rope, int64_t offset) {
   HYB_CHECK(nha_window_sum_fused_ok(a, rope), "nha_window_sum_fused: needs nha_window_fused and RoPE over D = 64 or ",
             "none; got D ", a.q.size(3), ", rope_dim ", rope ? rope->rope_dim : 0);
   auto base = [](const Tensor& t, const Tensor& like) {
@@ -553,7 +508,6 @@ NhaWindowSum nha_window_sum_fused(const SlotAttentionArgs& a, const Tensor& lse,
   sums.sq = {chunk_mma::bp(bq), chunk_mma::bp_mut(r.dq), cos, sin, offset};
   sums.sk = {chunk_mma::bp(bk), chunk_mma::bp_mut(r.dk), cos, sin, offset};
   sums.sv = {chunk_mma::bp(bv), chunk_mma::bp_mut(r.dv), nullptr, nullptr, 0};
-  if (rope && rotate_on_load) sums.rope_cos = cos, sums.rope_sin = sin, sums.rope_offset = offset;
   SlotAttentionGrads none;
   launch_window_kernels(a, lse, delta, dout, none, sums);
   return r;

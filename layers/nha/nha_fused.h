@@ -47,15 +47,13 @@ SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tens
 // plus the window's, turned back through RoPE (rope: the window's table, token t at position offset + t;
 // null for none), rounded once to bf16, where nha_add_window_grad would take three more passes. Taken
 // when the window shares q and k with the slots and nha_window_sum_fused_ok (RoPE over all of D = 64, or
-// none). rotate_on_load: a.qr, a.kr are the unrotated q, k, which the kernels rotate as they load them
-// (no rotated copies in memory).
+// none).
 struct NhaWindowSum {
   Tensor dq, dk, dv;  // (B, T, Hq, D), (B, T, Hkv, D), (B, T, Hkv, Dv) bf16
 };
 bool nha_window_sum_fused_ok(const SlotAttentionArgs& a, const RopeTable* rope);
 NhaWindowSum nha_window_sum_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta,
-                                  const Tensor& dout, const GsaGrads& slot, const RopeTable* rope, int64_t offset,
-                                  bool rotate_on_load);
+                                  const Tensor& dout, const GsaGrads& slot, const RopeTable* rope, int64_t offset);
 // bf16(base + the window gradient win turned back through RoPE): one pass where a cast, the rotation, an
 // fp32 add and a cast back would be four. base (B, T, H, D) bf16, win f32, both contiguous; rope null for
 // none (dv), else the window's table with token t at position offset + t.

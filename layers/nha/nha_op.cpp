@@ -96,21 +96,10 @@ RopeTable rope_table_for(const Tensor& q, const NhaParams& p, const NhaDims& d) 
   return rope_table(p.rope_theta, d.D, p.rope_offset + d.T, std::nullopt, q.device());
 }
 
-// a with its window-side qr, kr (unrotated) turned by RoPE when the op has it.
-SlotAttentionArgs rotate_window(SlotAttentionArgs a, const NhaParams& p, const NhaDims& d) {
-  if (!p.rope || !a.qr.defined()) return a;
-  const RopeTable tab = rope_table_for(a.q, p, d);
-  a.qr = rope_forward(a.qr, tab, p.rope_offset).contiguous();
-  a.kr = rope_forward(a.kr, tab, p.rope_offset).contiguous();
-  return a;
-}
-
-// The resolved window and shift, and the window-side q and k rotated as the CPU reference does (unless
-// rotate is false: then qr, kr are the unrotated window side, for rotate_window below or kernels that
-// rotate on load).
+// The resolved window and shift, and the window-side q and k rotated as the CPU reference does.
 SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                             const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p,
-                            const NhaDims& d, const NhaWindowSide& win, bool rotate = true) {
+                            const NhaDims& d, const NhaWindowSide& win) {
   SlotAttentionArgs a;
   auto cont = [](const Tensor& x) { return x.defined() ? x.contiguous() : Tensor(); };
   a.q = q.contiguous(), a.k = k.contiguous(), a.v = v.contiguous();
@@ -120,9 +109,15 @@ SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, c
   a.shift = d.shift;
   if (d.window > 0) {
     const Tensor qw = win.separate ? win.q.contiguous() : a.q, kw = win.separate ? win.k.contiguous() : a.k;
-    a.qr = qw, a.kr = kw;
+    if (p.rope) {
+      const RopeTable tab = rope_table_for(q, p, d);
+      a.qr = rope_forward(qw, tab, p.rope_offset).contiguous();
+      a.kr = rope_forward(kw, tab, p.rope_offset).contiguous();
+    } else {
+      a.qr = qw, a.kr = kw;
+    }
   }
-  return rotate ? rotate_window(a, p, d) : a;
+  return a;
 }
 
 }  // namespace
@@ -165,14 +160,7 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
   if (s.q.is_cuda()) {
     const NhaParams& p = s.params;
     const NhaWindowSide win = nha_window_side("nha_backward", s.q, s.k, s.q_window, s.k_window);
-    const RopeTable tab = p.rope ? rope_table_for(s.q, p, d) : RopeTable();
-    const RopeTable* rope = p.rope ? &tab : nullptr;
-    // The fused window kernels that form the one-pass sums rotate q and k as they load them; every other
-    // path reads rotated copies.
-    const SlotAttentionArgs raw = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d, win, false);
-    const bool rotate_on_load =
-        s.lse.defined() && !win.separate && nha_fused_supported(s.q, d) && nha_window_sum_fused_ok(raw, rope);
-    const SlotAttentionArgs a = rotate_on_load ? raw : rotate_window(raw, p, d);
+    const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d, win);
     Tensor lse = s.lse, o = s.o;
     if (!lse.defined()) {  // a record without them (from the CPU forward) reruns the forward
       if (nha_fused_supported(s.q, d)) {
@@ -194,9 +182,11 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
       if (window_fused && !win.separate) {
         // Each gradient in one pass: the slot side's bf16 plus the window side's f32 turned back
         // through RoPE, inside the window kernels where the rotation allows, else after them.
+        const RopeTable tab = p.rope ? rope_table_for(s.q, p, d) : RopeTable();
+        const RopeTable* rope = p.rope ? &tab : nullptr;
         NhaGrads r;
         if (nha_window_sum_fused_ok(a, rope)) {
-          const NhaWindowSum w = nha_window_sum_fused(a, lse, ns.delta, dout, sg, rope, p.rope_offset, rotate_on_load);
+          const NhaWindowSum w = nha_window_sum_fused(a, lse, ns.delta, dout, sg, rope, p.rope_offset);
           if (needed[0]) r.dq = w.dq;
           if (needed[1]) r.dk = w.dk;
           if (needed[2]) r.dv = w.dv;
@@ -226,7 +216,7 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
       g = slot_attention_backward_cuda(a, lse, o, dout, dHK, dHV);
     }
     // The window side saw RoPE(q), RoPE(k): its gradients go back through the transposed rotation.
-    auto unrotated = [&](const Tensor& w) { return p.rope ? rope_backward(w, tab, p.rope_offset) : w; };
+    auto unrotated = [&](const Tensor& w) { return p.rope ? rope_backward(w, rope_table_for(s.q, p, d), p.rope_offset) : w; };
     auto total = [&](Tensor mem, const Tensor& w) {
       if (w.defined()) cuda_add_(mem, unrotated(w), 1.0);
       return mem.to(s.q.dtype());

@@ -12,8 +12,7 @@
 //                           backward (dq, dk of the slots, ds, dg, initial memories; without a bias
 //                           at K, V <= 64 also the window kernels' dq, rotated back,
 //                           dk and dv (with the slots' dv), and their one-pass sums with the slot side's
-//                           gradients, q and k rotated before or as the kernels load them): T off the chunk
-//                           and below the window, GQA, initial
+//                           gradients): T off the chunk and below the window, GQA, initial
 //                           memories, strong decays, windows 1..64, shift apart from the window, RoPE, bias;
 //                           the slot gradients read in place equal those on shifted copies
 #include <algorithm>
@@ -350,18 +349,10 @@ void run_nha(const NhaCase& c) {
     check("dv sum", nha_add_window_grad(fg.dv, wk.dv, nullptr, 0), rg.dv);
     // The same sums formed inside the window kernels.
     if (nha_window_sum_fused_ok(a, rope)) {
-      const NhaWindowSum ws = nha_window_sum_fused(a, got.lse, ng.delta, as(dout, DType::bf16), fg, rope, 0, false);
+      const NhaWindowSum ws = nha_window_sum_fused(a, got.lse, ng.delta, as(dout, DType::bf16), fg, rope, 0);
       check("dq one pass", ws.dq, dq);
       check("dk one pass", ws.dk, dk);
       check("dv one pass", ws.dv, rg.dv);
-      if (rope) {  // and with q, k rotated as the kernels load them
-        SlotAttentionArgs raw = a;
-        raw.qr = a.q, raw.kr = a.k;
-        const NhaWindowSum wl = nha_window_sum_fused(raw, got.lse, ng.delta, as(dout, DType::bf16), fg, rope, 0, true);
-        check("dq rotated on load", wl.dq, dq);
-        check("dk rotated on load", wl.dk, dk);
-        check("dv rotated on load", wl.dv, rg.dv);
-      }
     }
   }
   check("dq", fg.dq, rg.dq);
