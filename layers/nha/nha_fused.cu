@@ -116,8 +116,10 @@ __global__ void __launch_bounds__(256) add_window_grad_kernel(const bf16x* __res
 }
 
 // A window gradient's one-pass sum (nha_window_sum_fused): out = bf16(base + R^T win) row by row, win the
-// kernel's f32 fragment and R^T the transposed RoPE rotation of the dim pairs (i, i + D / 2) at position
-// offset + t (cos, sin: (positions, D / 2); rope_dim = D = the tile width), or no rotation (cos null).
+// kernel's f32 gradient (staged in shared memory) and R^T the transposed RoPE rotation of the dim pairs
+// (i, i + D / 2) at position offset + t (cos, sin: (positions, D / 2); rope_dim = D = the tile width), or
+// no rotation (cos null). add_window_grad_kernel above is the same sum from an f32 tensor in memory, for
+// the rotations the kernels cannot do.
 struct WindowSum {
   const bf16x* base = nullptr;  // the slot side's gradient, laid out as out
   bf16x* out = nullptr;         // null: the kernel writes its f32 gradient instead
