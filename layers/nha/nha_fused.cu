@@ -442,9 +442,10 @@ bool nha_window_fused(const SlotAttentionArgs& a) {
 
 namespace {
 
-// Both window kernels over (chunk, b, kv head): the f32 gradients of g, or with sums set the one-pass sums.
+// Both window kernels over (chunk, b, kv head), writing the outputs wa names (dqr, dkr, dv, or the sums'
+// out); the inputs come from a, lse, delta and dout.
 void launch_window_kernels(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& delta, const Tensor& dout0,
-                           SlotAttentionGrads& g, WindowArgs sums) {
+                           WindowArgs wa) {
   using chunk_mma::bp;
   using chunk_mma::rows16;
   const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
@@ -455,10 +456,8 @@ void launch_window_kernels(const SlotAttentionArgs& a, const Tensor& lse, const 
   const Tensor qr = rows16(a.qr), kr = rows16(a.kr), v = rows16(a.v), dout = rows16(dout0);
   const Tensor lsec = lse.contiguous(), dc = delta.contiguous();
   const Dims d{int(B), int(T), int(Hq), int(Hkv), int(Hq / Hkv), int(K), int(V), 0, int((T + kC - 1) / kC), 0};
-  auto f32 = [](const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
-  WindowArgs wa = sums;
   wa.qr = bp(qr), wa.kr = bp(kr), wa.vw = bp(v), wa.dout = bp(dout), wa.lse = lsec.data<float>(), wa.delta = dc.data<float>();
-  wa.dqr = f32(g.dqr), wa.dkr = f32(g.dkr), wa.dv = f32(g.dv), wa.scale = float(a.scale), wa.window = int(a.window);
+  wa.scale = float(a.scale), wa.window = int(a.window);
   const dim3 grid(unsigned(d.NC), unsigned(B * Hkv));
   cudaStream_t stream = current_stream(a.q.device().index);
   constexpr size_t qsmem = window_dq_smem<64, 64>();
@@ -480,7 +479,9 @@ SlotAttentionGrads nha_window_grads_fused(const SlotAttentionArgs& a, const Tens
   g.dqr = Tensor::empty(a.q.shape(), DType::f32, dev);
   g.dkr = Tensor::empty(a.k.shape(), DType::f32, dev);
   g.dv = Tensor::empty(a.v.shape(), DType::f32, dev);
-  launch_window_kernels(a, lse, delta, dout, g, WindowArgs{});
+  WindowArgs wa{};
+  wa.dqr = g.dqr.data<float>(), wa.dkr = g.dkr.data<float>(), wa.dv = g.dv.data<float>();
+  launch_window_kernels(a, lse, delta, dout, wa);
   return g;
 }
 
@@ -510,8 +511,7 @@ NhaWindowSum nha_window_sum_fused(const SlotAttentionArgs& a, const Tensor& lse,
   sums.sq = {chunk_mma::bp(bq), chunk_mma::bp_mut(r.dq), cos, sin, offset};
   sums.sk = {chunk_mma::bp(bk), chunk_mma::bp_mut(r.dk), cos, sin, offset};
   sums.sv = {chunk_mma::bp(bv), chunk_mma::bp_mut(r.dv), nullptr, nullptr, 0};
-  SlotAttentionGrads none;
-  launch_window_kernels(a, lse, delta, dout, none, sums);
+  launch_window_kernels(a, lse, delta, dout, sums);
   return r;
 }
 
