@@ -2,7 +2,9 @@
 // below) and tile variants, checked against a naive fp32 GPU reference on fresh random inputs at
 // awkward sizes, then timed with CUDA events at the attention.md 4.5 benchmark shapes.
 // Needs nothing but the CUDA toolkit. From the repository root:
-//   nvcc -O3 -arch=sm_90 -std=c++20 --expt-relaxed-constexpr -lineinfo -I. tools/flash_attention_dev.cu -o flash_dev
+//   nvcc -O3 -arch=sm_90a -DHYBRID_SM90A -std=c++20 --expt-relaxed-constexpr -lineinfo -I. tools/flash_attention_dev.cu -o flash_dev
+// (on a compute capability 9.0 device "prod" is then the wgmma path for D = 64; "f128x128" and
+// "b64x64" are the mma.sync kernels it replaces there)
 //   ./flash_dev            validation, then timing
 //   ./flash_dev --quick    a few small validation cases (for compute-sanitizer)
 //   ./flash_dev --validate validation only
@@ -19,6 +21,7 @@
 
 #include "layers/softmax_attention/flash_attention_backward.cu"
 #include "layers/softmax_attention/flash_attention_forward.cu"
+#include "layers/softmax_attention/flash_attention_sm90.cu"
 
 using namespace hyb;
 
@@ -460,9 +463,12 @@ struct Variant {
   FwdFn fwd;
   BwdFn bwd;
   int max_d;  // head dims this variant's tile covers (0: any, the production dispatch)
+  bool d64_only = false;  // the wgmma kernels: D = Dv = 64 exactly
 };
 
 // Tile variants (the production defaults are "prod"): f/b for D = 64, g/c for D = 128.
+using F128x128 = flash::ForwardDefault<64, true>;
+using B64x64 = flash::BackwardDefault<64, true>;
 using F128x64q = flash::ForwardTile<64, 128, 64, 4, true, true>;
 using F64x64q3 = flash::ForwardTile<64, 64, 64, 4, true, true, 3>;
 using G64x64q = flash::ForwardTile<128, 64, 64, 4, true, true>;
@@ -474,6 +480,9 @@ using C64x64s = flash::BackwardTile<128, 128, 64, 64, false, true>;
 
 const Variant kFwdVariants[] = {
     {"prod", flash_attention_forward, nullptr, 0},
+    {"f128x128", flash::launch_forward<F128x128>, nullptr, 64},
+    {"w192", flash::launch_forward_sm90<flash::Sm90ForwardTile<3, 1>>, nullptr, 64, true},
+    {"w128x1", flash::launch_forward_sm90<flash::Sm90ForwardTile<2, 1>>, nullptr, 64, true},
     {"f128x64q", flash::launch_forward<F128x64q>, nullptr, 64},
     {"f64x64q3", flash::launch_forward<F64x64q3>, nullptr, 64},
     {"g64x64q", flash::launch_forward<G64x64q>, nullptr, 128},
@@ -488,6 +497,9 @@ cudaError_t backward_deterministic(const FlashAttentionBackwardParams& p, void* 
 const Variant kBwdVariants[] = {
     {"prod", nullptr, flash_attention_backward, 0},
     {"det", nullptr, backward_deterministic, 0},
+    {"b64x64", nullptr, flash::run_backward<B64x64>, 64},
+    {"w128", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<2, 1>>>, 64, true},
+    {"w64x2", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<1, 2>>>, 64, true},
     {"b128x64s", nullptr, flash::run_backward<B128x64s>, 64},
     {"b64x64s3", nullptr, flash::run_backward<B64x64s3>, 64},
     {"b64x32s4", nullptr, flash::run_backward<B64x32s4>, 64},
@@ -496,6 +508,7 @@ const Variant kBwdVariants[] = {
 };
 
 bool applies(const Variant& v, const Case& c) {
+  if (v.d64_only && (c.D != 64 || c.Dv != 64)) return false;
   return v.max_d == 0 || (std::max(c.D, c.Dv) <= v.max_d && c.D % 8 == 0 && c.Dv % 8 == 0);
 }
 

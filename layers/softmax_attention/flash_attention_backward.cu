@@ -14,6 +14,7 @@
 
 #include "layers/softmax_attention/flash_attention.cuh"
 #include "layers/softmax_attention/flash_attention_device.cuh"
+#include "layers/softmax_attention/flash_attention_sm90.cuh"
 
 namespace hyb {
 namespace flash {
@@ -67,25 +68,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
   float* sDi = sLse + 2 * kBM;                                    // two buffers of kBM
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  // Launch order: the sink key blocks of every head first (each sees all later queries), then head
-  // by head with key blocks ascending, so the longest causal blocks start first and the CTAs in
-  // flight share one head's Q and dO through L2.
-  const int n_blocks = (f.Tk + kBN - 1) / kBN;
-  const int n_sinkb = f.window > 0 ? min(n_blocks, (f.sinks + kBN - 1) / kBN) : 0;
-  const int heads = f.B * f.Hkv;
-  int idx = blockIdx.x, bg, n_block;
-  if (idx < heads * n_sinkb) {
-    bg = idx / n_sinkb, n_block = idx % n_sinkb;
-  } else {
-    idx -= heads * n_sinkb;
-    bg = idx / (n_blocks - n_sinkb), n_block = n_sinkb + idx % (n_blocks - n_sinkb);
-  }
-  const int kvh = bg % f.Hkv, b = bg / f.Hkv, G = f.Hq / f.Hkv;
-  const int off = f.Tk - f.Tq, c_lo = n_block * kBN, c_hi = min(f.Tk, c_lo + kBN) - 1;
-  // Query rows that see some key of this block (attention.md 4.3, with p = i + off).
-  const int i_lo = max(0, c_lo - off);
-  const int i_hi = (f.window == 0 || c_lo < f.sinks) ? f.Tq - 1 : min(f.Tq - 1, c_hi + f.window - 1 - off);
-  const int m_lo = i_lo / kBM, n_m = i_hi >= i_lo ? i_hi / kBM - m_lo + 1 : 0;
+  const BackwardBlock kb(f, blockIdx.x, kBN, kBM);
+  const int b = kb.b, kvh = kb.kvh, G = f.Hq / f.Hkv, off = f.Tk - f.Tq;
+  const int c_lo = kb.c_lo, c_hi = kb.c_hi, m_lo = kb.m_lo, n_m = kb.n_m;
   const int n_iter = G * n_m;
 
   const bf16* kh = static_cast<const bf16*>(f.k) + b * f.k_stride.b + kvh * f.k_stride.h;
@@ -388,21 +373,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // The forward's visit list (attention.md 4.3).
   const int row0 = m_block * kBM, off = f.Tk - f.Tq;
-  const int p_lo = row0 + off, p_hi = min(f.Tq, row0 + kBM) - 1 + off;
-  const int n_hi = p_hi / kBN;
-  int n_wlo = 0, n_sink = 0;
-  if (f.window > 0) {
-    n_wlo = max(0, p_lo - f.window + 1) / kBN;
-    n_sink = min((f.sinks + kBN - 1) / kBN, n_wlo);
-  }
-  const int n_win = n_hi - n_wlo + 1, n_iter = n_win + n_sink;
-  auto block_of = [&](int it) { return it < n_win ? n_hi - it : n_sink - 1 - (it - n_win); };
+  const ForwardVisits visits(f, row0, kBM, kBN);
+  const int p_lo = visits.p_lo, p_hi = visits.p_hi, n_iter = visits.n_iter;
 
   load_tile<kBM, kD, kThreads, kVec16>(sQ, qh, f.q_stride.t, row0, f.Tq, f.D, tid);
   load_tile<kBM, kD, kThreads, kVec16>(sdO, doh, p.dout_stride.t, row0, f.Tq, f.Dv, tid);
-  load_tile<kBN, kD, kThreads, kVec16>(sK, kh, f.k_stride.t, block_of(0) * kBN, f.Tk, f.D, tid);
+  load_tile<kBN, kD, kThreads, kVec16>(sK, kh, f.k_stride.t, visits.block(0) * kBN, f.Tk, f.D, tid);
   cp_async_commit();
-  load_tile<kBN, kD, kThreads, kVec16>(sV, vh, f.v_stride.t, block_of(0) * kBN, f.Tk, f.Dv, tid);
+  load_tile<kBN, kD, kThreads, kVec16>(sV, vh, f.v_stride.t, visits.block(0) * kBN, f.Tk, f.Dv, tid);
   cp_async_commit();
 
   const float scale = f.scale_h ? f.scale_h[h] : f.scale, sl2 = scale * kLog2e;
@@ -428,14 +406,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sQ_u = smem_u32(sQ), sdO_u = smem_u32(sdO), sK_u = smem_u32(sK), sV_u = smem_u32(sV);
 
   for (int it = 0; it < n_iter; ++it) {
-    const int n = block_of(it), buf = it & 1;
+    const int n = visits.block(it), buf = it & 1;
     if (it == 0)
       cp_async_wait<1>();
     else
       cp_async_wait<0>();
     __syncthreads();
     if (it + 1 < n_iter) {
-      const int next = block_of(it + 1) * kBN;
+      const int next = visits.block(it + 1) * kBN;
       load_tile<kBN, kD, kThreads, kVec16>(sK + (buf ^ 1) * kBN * kStride, kh, f.k_stride.t, next, f.Tk, f.D, tid);
       load_tile<kBN, kD, kThreads, kVec16>(sV + (buf ^ 1) * kBN * kStride, vh, f.v_stride.t, next, f.Tk, f.Dv, tid);
     }
@@ -620,8 +598,10 @@ cudaError_t launch_backward_dq(const FlashAttentionBackwardParams& p, float* di,
   return err;
 }
 
-// The backward with main kernel tile Cfg; `workspace` as flash_attention_backward_workspace_bytes.
-template <class Cfg>
+// The backward with main kernel tile Cfg (or kSm90Main, a wgmma main kernel, where it applies);
+// `workspace` as flash_attention_backward_workspace_bytes.
+using BackwardMainFn = cudaError_t (*)(const FlashAttentionBackwardParams&, float*, const float*, cudaStream_t);
+template <class Cfg, BackwardMainFn kSm90Main = nullptr>
 cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   const FlashAttentionForwardParams& f = p.fwd;
   const int64_t rows = int64_t(f.B) * f.Hq * f.Tq;
@@ -636,7 +616,9 @@ cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace,
     flash_backward_preprocess_kernel<<<grid, 256, 0, stream>>>(p, di);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  if ((err = launch_backward_main<Cfg>(p, dq_acc, di, stream)) != cudaSuccess) return err;
+  err = kSm90Main && sm90_backward_applies(p) ? kSm90Main(p, dq_acc, di, stream)
+                                               : launch_backward_main<Cfg>(p, dq_acc, di, stream);
+  if (err != cudaSuccess) return err;
   if (rows == 0) return cudaSuccess;
   if (p.deterministic)
     return launch_backward_dq<DqTile<Cfg::kHeadDim, 64, Cfg::kVec16>>(p, di, ws + w.dscale_part, stream);
@@ -649,7 +631,7 @@ template <bool kVec16>
 cudaError_t dispatch_backward(const FlashAttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   switch (padded_dim(p)) {
     case 32: return run_backward<BackwardDefault<32, kVec16>>(p, workspace, stream);
-    case 64: return run_backward<BackwardDefault<64, kVec16>>(p, workspace, stream);
+    case 64: return run_backward<BackwardDefault<64, kVec16>, flash_backward_sm90_main>(p, workspace, stream);
     case 96: return run_backward<BackwardDefault<96, kVec16>>(p, workspace, stream);
     case 128: return run_backward<BackwardDefault<128, kVec16>>(p, workspace, stream);
     case 192: return run_backward<BackwardDefault<192, kVec16>>(p, workspace, stream);

@@ -27,6 +27,53 @@ __device__ __forceinline__ bool visible(int p, int j, int window, int sinks) {
   return j <= p && (window == 0 || p - j < window || j < sinks);
 }
 
+// The key blocks (kBN wide) a forward CTA visits for query rows [row0, row0 + rows), in order
+// (attention.md 4.3): the window blocks [n_wlo, n_hi] descending, then the sink blocks [0, n_sink)
+// that the window does not already cover, descending. p_lo and p_hi are the rows' key positions.
+struct ForwardVisits {
+  int p_lo, p_hi, n_hi, n_wlo = 0, n_sink = 0, n_win, n_iter;
+  __device__ ForwardVisits(const FlashAttentionForwardParams& p, int row0, int rows, int kBN) {
+    const int off = p.Tk - p.Tq;
+    p_lo = row0 + off;
+    p_hi = min(p.Tq, row0 + rows) - 1 + off;
+    n_hi = p_hi / kBN;
+    if (p.window > 0) {
+      n_wlo = max(0, p_lo - p.window + 1) / kBN;
+      n_sink = min((p.sinks + kBN - 1) / kBN, n_wlo);
+    }
+    n_win = n_hi - n_wlo + 1;
+    n_iter = n_win + n_sink;
+  }
+  __device__ int block(int it) const { return it < n_win ? n_hi - it : n_sink - 1 - (it - n_win); }
+};
+
+// The key block [c_lo, c_hi] a K/V-parallel backward CTA owns and the query blocks (kBM rows,
+// [m_lo, m_lo + n_m)) that see some key of it. Launch order: the sink key blocks of every head
+// first (each sees all later queries), then head by head with key blocks ascending, so the longest
+// causal blocks start first and the CTAs in flight share one head's Q and dO through L2.
+struct BackwardBlock {
+  int b, kvh, c_lo, c_hi, m_lo, n_m;
+  __device__ BackwardBlock(const FlashAttentionForwardParams& f, int idx, int kBN, int kBM) {
+    const int n_blocks = (f.Tk + kBN - 1) / kBN;
+    const int n_sinkb = f.window > 0 ? min(n_blocks, (f.sinks + kBN - 1) / kBN) : 0;
+    const int heads = f.B * f.Hkv;
+    int bg, n_block;
+    if (idx < heads * n_sinkb) {
+      bg = idx / n_sinkb, n_block = idx % n_sinkb;
+    } else {
+      idx -= heads * n_sinkb;
+      bg = idx / (n_blocks - n_sinkb), n_block = n_sinkb + idx % (n_blocks - n_sinkb);
+    }
+    kvh = bg % f.Hkv, b = bg / f.Hkv;
+    const int off = f.Tk - f.Tq;
+    c_lo = n_block * kBN, c_hi = min(f.Tk, c_lo + kBN) - 1;
+    // Query rows that see some key of this block (attention.md 4.3, with p = i + off).
+    const int i_lo = max(0, c_lo - off);
+    const int i_hi = (f.window == 0 || c_lo < f.sinks) ? f.Tq - 1 : min(f.Tq - 1, c_hi + f.window - 1 - off);
+    m_lo = i_lo / kBM, n_m = i_hi >= i_lo ? i_hi / kBM - m_lo + 1 : 0;
+  }
+};
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -7,6 +7,7 @@
 
 #include "layers/softmax_attention/flash_attention.cuh"
 #include "layers/softmax_attention/flash_attention_device.cuh"
+#include "layers/softmax_attention/flash_attention_sm90.cuh"
 
 namespace hyb {
 namespace flash {
@@ -42,23 +43,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_
   const bf16* kh = static_cast<const bf16*>(p.k) + b * p.k_stride.b + kvh * p.k_stride.h;
   const bf16* vh = static_cast<const bf16*>(p.v) + b * p.v_stride.b + kvh * p.v_stride.h;
 
-  // Visit list (attention.md 4.3): window blocks [n_wlo, n_hi] descending, then the sink blocks
-  // [0, n_sink) that the window does not already cover, descending.
   const int row0 = m_block * kBM, off = p.Tk - p.Tq;
-  const int p_lo = row0 + off, p_hi = min(p.Tq, row0 + kBM) - 1 + off;
-  const int n_hi = p_hi / kBN;
-  int n_wlo = 0, n_sink = 0;
-  if (p.window > 0) {
-    n_wlo = max(0, p_lo - p.window + 1) / kBN;
-    n_sink = min((p.sinks + kBN - 1) / kBN, n_wlo);
-  }
-  const int n_win = n_hi - n_wlo + 1, n_iter = n_win + n_sink;
-  auto block_of = [&](int it) { return it < n_win ? n_hi - it : n_sink - 1 - (it - n_win); };
+  const ForwardVisits visits(p, row0, kBM, kBN);
+  const int p_lo = visits.p_lo, p_hi = visits.p_hi, n_iter = visits.n_iter;
 
   load_tile<kBM, kD, kThreads, kVec16>(sQ, qh, p.q_stride.t, row0, p.Tq, p.D, tid);
-  load_tile<kBN, kD, kThreads, kVec16>(sK, kh, p.k_stride.t, block_of(0) * kBN, p.Tk, p.D, tid);
+  load_tile<kBN, kD, kThreads, kVec16>(sK, kh, p.k_stride.t, visits.block(0) * kBN, p.Tk, p.D, tid);
   cp_async_commit();
-  load_tile<kBN, kD, kThreads, kVec16>(sV, vh, p.v_stride.t, block_of(0) * kBN, p.Tk, p.Dv, tid);
+  load_tile<kBN, kD, kThreads, kVec16>(sV, vh, p.v_stride.t, visits.block(0) * kBN, p.Tk, p.Dv, tid);
   cp_async_commit();
 
   const float sl2 = (p.scale_h ? p.scale_h[h] : p.scale) * kLog2e;  // logits in log2 units
@@ -85,7 +77,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_
   const uint32_t sQ_u = smem_u32(sQ), sK_u = smem_u32(sK), sV_u = smem_u32(sV);
 
   for (int it = 0; it < n_iter; ++it) {
-    const int n = block_of(it), buf = it & 1;
+    const int n = visits.block(it), buf = it & 1;
     // Q and K of this block (the first block's V may still be in flight). Past the barrier every
     // warp is done with the other buffers, so the next K and V go there now, while no scores are
     // live in registers.
@@ -95,7 +87,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_
       cp_async_wait<0>();
     __syncthreads();
     if (it + 1 < n_iter) {
-      const int next = block_of(it + 1) * kBN;
+      const int next = visits.block(it + 1) * kBN;
       load_tile<kBN, kD, kThreads, kVec16>(sK + (buf ^ 1) * kBN * kStride, kh, p.k_stride.t, next, p.Tk, p.D, tid);
       load_tile<kBN, kD, kThreads, kVec16>(sV + (buf ^ 1) * kBN * kStride, vh, p.v_stride.t, next, p.Tk, p.Dv, tid);
     }
@@ -299,6 +291,7 @@ const char* flash_attention_unsupported(const FlashAttentionForwardParams& p) {
 cudaError_t flash_attention_forward(const FlashAttentionForwardParams& p, cudaStream_t stream) {
   if (flash_attention_unsupported(p)) return cudaErrorInvalidValue;
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return cudaSuccess;
+  if (flash::sm90_forward_applies(p)) return flash::flash_forward_sm90(p, stream);
   return flash::forward_vec16(p) ? flash::dispatch_forward<true>(p, stream) : flash::dispatch_forward<false>(p, stream);
 }
 

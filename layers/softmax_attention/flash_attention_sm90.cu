@@ -1,0 +1,486 @@
+// Flash attention with Hopper warpgroup MMA (attention.md 4.7), head dim 64. Same algorithm, tiles
+// and visit lists as the mma.sync kernels (flash_attention_forward.cu, flash_attention_backward.cu);
+// what changes is where the operands come from. wgmma reads its shared-memory operands through
+// descriptors, so the per-warp ldmatrix traffic that bounds the mma.sync backward (docs/perf_notes/
+// flash_attention.md, v2) is gone. Tiles are 128B-swizzled rows of 64 bf16 (kernels/wgmma.cuh),
+// loaded with cp.async; each warpgroup owns 64 rows of every product.
+//  forward: CTA = kWG warpgroups x 64 query rows; S = Q K^T with both operands in smem, P stays in
+//           registers as the A operand of O += P V (V read MN-major).
+//  backward main: CTA = 2 warpgroups x 64 keys; per 64-query step S^T = K Q^T and dP^T = V dO^T
+//           (smem x smem), dV += P^T dO and dK += dS^T Q (registers x MN-major smem), dS^T to smem,
+//           then dQ = dS K split by columns between the two warpgroups, added with fp32 atomics.
+// Compiled for sm_90a only (a separate object in CMake); elsewhere the kernels are empty and
+// sm90_*_applies() is false.
+#include <algorithm>
+
+#include "kernels/wgmma.cuh"
+#include "layers/softmax_attention/flash_attention_device.cuh"
+#include "layers/softmax_attention/flash_attention_sm90.cuh"
+
+namespace hyb::flash {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HYBRID_SM90_BODY 1
+#endif
+
+namespace {
+
+constexpr int kRowBytes = 128;  // one tile row: 64 bf16
+
+// cp.async of rows [row0, row0 + kRows) of one head (64 bf16 per row, 16-byte aligned) into a
+// swizzled tile; rows >= T are zeros.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* head, int64_t row_stride, int row0, int T,
+                                                int tid) {
+  static_assert(kThreads % 8 == 0, "a thread copies one 16-byte column chunk down the rows");
+  constexpr int kStep = kThreads / 8;
+  const int c = tid % 8;
+  int r = tid / 8;
+  const bf16* src = head + int64_t(row0 + r) * row_stride + c * 8;
+#pragma unroll 1
+  for (; r < kRows; r += kStep, src += kStep * row_stride) {
+    const bool ok = row0 + r < T;
+    cp_async16(tile + wgmma::sw128(r, c * 8), ok ? src : head, ok);
+  }
+}
+
+// Rows [row0, min(T, row0 + kRows)) of a swizzled tile out to one head, 16 bytes per thread and step.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void store_rows_sw128(const unsigned char* tile, bf16* head, int64_t row_stride, int row0,
+                                                 int T, int tid) {
+#pragma unroll 1
+  for (int i = tid; i < kRows * 8; i += kThreads) {
+    const int r = i / 8, c = i % 8;
+    if (row0 + r < T)
+      *reinterpret_cast<uint4*>(head + int64_t(row0 + r) * row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(tile + wgmma::sw128(r, c * 8));
+  }
+}
+
+// The A operand of k-step kk from accumulator columns 16kk..16kk+15 (wgmma.cuh, accumulator layout).
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float* acc, int kk) {
+  const float* c = acc + 8 * kk;
+  a[0] = pack_bf16(c[0], c[1]);
+  a[1] = pack_bf16(c[2], c[3]);
+  a[2] = pack_bf16(c[4], c[5]);
+  a[3] = pack_bf16(c[6], c[7]);
+}
+
+// 1024-byte aligned start of the dynamic shared memory (the swizzle atom); kernels ask 1 KB extra.
+__device__ __forceinline__ unsigned char* smem_base_1k(unsigned char* raw) {
+  const uint32_t a = smem_u32(raw);
+  return raw + (((a + 1023) & ~1023u) - a);
+}
+
+template <int kWG_, int kMinBlocks_>
+struct Sm90ForwardTile {
+  static constexpr int kWG = kWG_, kMinBlocks = kMinBlocks_;
+  static constexpr int kBM = 64 * kWG, kBN = 128, kThreads = 128 * kWG;
+  static constexpr int kSmemBytes = 1024 + (kBM + 4 * kBN) * kRowBytes;  // Q, two K and two V buffers
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    flash_forward_sm90_kernel(const FlashAttentionForwardParams p) {
+#ifdef HYBRID_SM90_BODY
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kThreads = Cfg::kThreads;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_base_1k(smem_raw);
+  const uint32_t sQ = smem_u32(smem), sK = sQ + kBM * kRowBytes, sV = sK + 2 * kBN * kRowBytes;
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
+  const int num_m = (p.Tq + kBM - 1) / kBM;
+  const int m_block = num_m - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (p.Hq / p.Hkv);
+  const bf16* qh = static_cast<const bf16*>(p.q) + b * p.q_stride.b + h * p.q_stride.h;
+  const bf16* kh = static_cast<const bf16*>(p.k) + b * p.k_stride.b + kvh * p.k_stride.h;
+  const bf16* vh = static_cast<const bf16*>(p.v) + b * p.v_stride.b + kvh * p.v_stride.h;
+  const int row0 = m_block * kBM, off = p.Tk - p.Tq;
+  const ForwardVisits visits(p, row0, kBM, kBN);
+
+  load_rows_sw128<kBM, kThreads>(sQ, qh, p.q_stride.t, row0, p.Tq, tid);
+  load_rows_sw128<kBN, kThreads>(sK, kh, p.k_stride.t, visits.block(0) * kBN, p.Tk, tid);
+  load_rows_sw128<kBN, kThreads>(sV, vh, p.v_stride.t, visits.block(0) * kBN, p.Tk, tid);
+  cp_async_commit();
+
+  const float sl2 = (p.scale_h ? p.scale_h[h] : p.scale) * kLog2e;  // logits in log2 units
+  float acc[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const uint32_t sQw = sQ + wg * 64 * kRowBytes;
+  const int pos0 = row0 + wg * 64 + warp * 16 + gr + off;  // key position of this thread's first row
+
+  for (int it = 0; it < visits.n_iter; ++it) {
+    const int n = visits.block(it), buf = it & 1;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // block n landed; every warpgroup is done with the other buffers
+    if (it + 1 < visits.n_iter) {
+      const int next = visits.block(it + 1) * kBN;
+      load_rows_sw128<kBN, kThreads>(sK + (buf ^ 1) * kBN * kRowBytes, kh, p.k_stride.t, next, p.Tk, tid);
+      load_rows_sw128<kBN, kThreads>(sV + (buf ^ 1) * kBN * kRowBytes, vh, p.v_stride.t, next, p.Tk, tid);
+    }
+    cp_async_commit();
+    const uint32_t sKb = sK + buf * kBN * kRowBytes, sVb = sV + buf * kBN * kRowBytes;
+
+    float s[64];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_ss<128, 0, 0>(s, wgmma::desc_k(sQw, kk), wgmma::desc_k(sKb, kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(s);
+
+    const int c_lo = n * kBN;
+    const bool full = c_lo + kBN <= p.Tk && c_lo + kBN - 1 <= visits.p_lo &&
+                      (p.window == 0 || visits.p_hi - c_lo < p.window || c_lo + kBN <= p.sinks);
+    if (!full) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int pos = pos0 + 8 * ((i % 4) / 2), col = c_lo + 8 * (i / 4) + 2 * tq + i % 2;
+        if (col >= p.Tk || !visible(pos, col, p.window, p.sinks)) s[i] = -INFINITY;
+      }
+    }
+
+    // Online softmax per row half; `ref` guards rows with no visible key yet ((-inf) - (-inf)).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[half], mx * sl2);
+      const float ref = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = fast_exp2(row_max[half] - ref);
+      row_max[half] = m_new;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        acc[4 * j + 2 * half] *= alpha;
+        acc[4 * j + 2 * half + 1] *= alpha;
+      }
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = fast_exp2(fmaf(s[4 * j + 2 * half + e], sl2, -ref));
+          s[4 * j + 2 * half + e] = pe;
+          sum += pe;
+        }
+      row_sum[half] = row_sum[half] * alpha + sum;
+    }
+
+    uint32_t pa[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) acc_to_a(pa[kk], s, kk);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) wgmma::mma_rs<64, 1>(acc, pa[kk], wgmma::desc_mn(sVb, kk), 1);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+  }
+
+  // o = acc / l, lse = ln(l) + max; o goes out through this warpgroup's rows of the Q tile.
+  __syncthreads();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = row_sum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int r = wg * 64 + warp * 16 + gr + 8 * half, row = row0 + r;
+    if (tq == 0 && row < p.Tq) p.lse[(int64_t(b) * p.Hq + h) * p.Tq + row] = (row_max[half] + __log2f(l)) * kLn2;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<uint32_t*>(smem + wgmma::sw128(r, 8 * j + 2 * tq)) =
+          pack_bf16(acc[4 * j + 2 * half] * inv, acc[4 * j + 2 * half + 1] * inv);
+  }
+  __syncthreads();
+  bf16* oh = static_cast<bf16*>(p.o) + b * p.o_stride.b + h * p.o_stride.h;
+  store_rows_sw128<kBM, kThreads>(smem, oh, p.o_stride.t, row0, p.Tq, tid);
+#endif
+}
+
+struct Sm90BackwardArgs {
+  FlashAttentionBackwardParams p;
+  float* dq_acc;    // (B, Hq, Tq, 64) fp32, zeroed
+  const float* di;  // (B, Hq, Tq)
+};
+
+// kWG warpgroups x 64 keys per CTA; each step takes 64 queries. kMinBlocks CTAs per SM.
+template <int kWG_, int kMinBlocks_>
+struct Sm90BackwardTile {
+  static constexpr int kWG = kWG_, kMinBlocks = kMinBlocks_;
+  static constexpr int kBN = 64 * kWG, kBM = 64, kThreads = 128 * kWG;
+  static constexpr int kDQCols = 64 / kWG;  // dQ columns each warpgroup produces
+  // K, V (kBN rows each), two Q and two dO buffers (kBM rows), dS^T (kBN rows of kBM queries),
+  // then two lse and two Di buffers of kBM floats.
+  static constexpr int kSmemBytes = 1024 + (3 * kBN + 4 * kBM) * kRowBytes + 4 * kBM * 4;
+};
+
+template <class Cfg, bool kDscale, bool kAtomicDQ>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    flash_backward_sm90_kernel(const Sm90BackwardArgs args) {
+#ifdef HYBRID_SM90_BODY
+  constexpr int kBN = Cfg::kBN, kBM = Cfg::kBM, kThreads = Cfg::kThreads, kDQCols = Cfg::kDQCols;
+  const FlashAttentionBackwardParams& p = args.p;
+  const FlashAttentionForwardParams& f = p.fwd;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_base_1k(smem_raw);
+  const uint32_t sK = smem_u32(smem), sV = sK + kBN * kRowBytes, sQ = sV + kBN * kRowBytes;
+  const uint32_t sdO = sQ + 2 * kBM * kRowBytes, sdS = sdO + 2 * kBM * kRowBytes;
+  float* sLse = reinterpret_cast<float*>(smem + (sdS - sK) + kBN * kRowBytes);
+  float* sDi = sLse + 2 * kBM;
+
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
+  const BackwardBlock kb(f, blockIdx.x, kBN, kBM);
+  const int b = kb.b, kvh = kb.kvh, G = f.Hq / f.Hkv, off = f.Tk - f.Tq;
+  const int c_lo = kb.c_lo, c_hi = kb.c_hi, m_lo = kb.m_lo, n_m = kb.n_m, n_iter = G * n_m;
+
+  const bf16* kh = static_cast<const bf16*>(f.k) + b * f.k_stride.b + kvh * f.k_stride.h;
+  const bf16* vh = static_cast<const bf16*>(f.v) + b * f.v_stride.b + kvh * f.v_stride.h;
+  load_rows_sw128<kBN, kThreads>(sK, kh, f.k_stride.t, c_lo, f.Tk, tid);
+  load_rows_sw128<kBN, kThreads>(sV, vh, f.v_stride.t, c_lo, f.Tk, tid);
+
+  // Q, dO, lse and Di of one step into buffer `buf`. Rows >= Tq load as zeros and contribute
+  // nothing: dO = 0 and Di = 0 make dV and dS zero whatever P is.
+  auto load_step = [&](int h, int row0, int buf) {
+    const bf16* qh = static_cast<const bf16*>(f.q) + b * f.q_stride.b + h * f.q_stride.h;
+    const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
+    load_rows_sw128<kBM, kThreads>(sQ + buf * kBM * kRowBytes, qh, f.q_stride.t, row0, f.Tq, tid);
+    load_rows_sw128<kBM, kThreads>(sdO + buf * kBM * kRowBytes, doh, p.dout_stride.t, row0, f.Tq, tid);
+    if (tid < kBM) {
+      const int row = row0 + tid;
+      const bool ok = row < f.Tq;
+      const int64_t idx = (int64_t(b) * f.Hq + h) * f.Tq + (ok ? row : 0);
+      cp_async4(smem_u32(sLse + buf * kBM + tid), f.lse + idx, ok);
+      cp_async4(smem_u32(sDi + buf * kBM + tid), args.di + idx, ok);
+    }
+  };
+  if (n_iter > 0) load_step(kvh * G, m_lo * kBM, 0);
+  cp_async_commit();
+
+  float dk[32], dv[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dk[i] = dv[i] = 0.f;
+  const int key_w = wg * 64;  // this warpgroup's keys within the block
+  const uint32_t sKw = sK + key_w * kRowBytes, sVw = sV + key_w * kRowBytes;
+  const int key0 = c_lo + key_w + warp * 16 + gr;  // this thread's first key (the second is +8)
+
+  // dL/dscale_h = sum dS_ij <q_i, k_j>, in fp32 from the unrounded dS (see the mma.sync kernel).
+  float dscale_acc = 0.f;
+  for (int it = 0, h = kvh * G, m = m_lo; it < n_iter; ++it) {
+    const int buf = it & 1, row0 = m * kBM;
+    const bool last_m = m == m_lo + n_m - 1;
+    const int next_h = last_m ? h + 1 : h, next_m = last_m ? m_lo : m + 1;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // this step's tiles landed; the other buffers and dS^T are free
+    if (it + 1 < n_iter) load_step(next_h, next_m * kBM, buf ^ 1);
+    cp_async_commit();
+    const float scale = f.scale_h ? f.scale_h[h] : f.scale, sl2 = scale * kLog2e;
+    const uint32_t sQb = sQ + buf * kBM * kRowBytes, sdOb = sdO + buf * kBM * kRowBytes;
+
+    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64 queries.
+    float st[32], dpt[32];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_ss<64, 0, 0>(st, wgmma::desc_k(sKw, kk), wgmma::desc_k(sQb, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma::mma_ss<64, 0, 0>(dpt, wgmma::desc_k(sVw, kk), wgmma::desc_k(sdOb, kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(st);
+    wgmma::fence_operands(dpt);
+
+    // P^T = exp(s - lse) (0 where not visible); dV += P^T dO goes out as soon as P^T is ready and
+    // runs while dS^T = scale · P^T ∘ (dP^T - Di) is formed; then dK += dS^T Q. dO and Q are read
+    // MN-major: the query index is the reduction.
+    const int pr_lo = row0 + off, pr_hi = min(f.Tq, row0 + kBM) - 1 + off;
+    // Keys >= Tk are masked too: their zero K gives P = exp(-lse), which need not be finite.
+    const bool full = c_lo + kBN <= f.Tk && c_hi <= pr_lo &&
+                      (f.window == 0 || pr_hi - c_lo < f.window || c_hi < f.sinks);
+    const float* lse_b = sLse + buf * kBM;
+    const float* di_b = sDi + buf * kBM;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_b + j * 8 + 2 * tq);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float nl = -(e ? lse2.y : lse2.x) * kLog2e;
+        const int pos = row0 + j * 8 + 2 * tq + e + off;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 4 * j + 2 * half + e, key = key0 + 8 * half;
+          float pv = fast_exp2(fmaf(st[i], sl2, nl));
+          if (!full && (key >= f.Tk || !visible(pos, key, f.window, f.sinks))) pv = 0.f;
+          if constexpr (kDscale) dscale_acc = fmaf(pv * (dpt[i] - di_b[j * 8 + 2 * tq + e]), st[i], dscale_acc);
+          st[i] = pv;
+        }
+      }
+    }
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) acc_to_a(pa[kk], st, kk);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<64, 1>(dv, pa[kk], wgmma::desc_mn(sdOb, kk), 1);
+    wgmma::commit();
+
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 di2 = *reinterpret_cast<const float2*>(di_b + j * 8 + 2 * tq);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 4 * j + 2 * half + e;
+          dpt[i] = st[i] * (dpt[i] - (e ? di2.y : di2.x)) * scale;
+        }
+    }
+    uint32_t da[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) acc_to_a(da[kk], dpt, kk);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<64, 1>(dk, da[kk], wgmma::desc_mn(sQb, kk), 1);
+    wgmma::commit();
+
+    if constexpr (kAtomicDQ) {
+      // dS^T (keys x queries) to smem, then dQ[:, kDQCols wg ..] = dS K over all kBN keys: dS^T read
+      // M-major, K read N-major from its column kDQCols wg.
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<uint32_t*>(smem + (sdS - sK) + wgmma::sw128(key_w + warp * 16 + gr + 8 * half, 8 * j + 2 * tq)) =
+              pack_bf16(dpt[4 * j + 2 * half], dpt[4 * j + 2 * half + 1]);
+      wgmma::fence_proxy_async();
+      if constexpr (Cfg::kWG == 1)
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+      else
+        __syncthreads();
+      float dq[kDQCols / 2];
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        wgmma::mma_ss<kDQCols, 1, 1>(dq, wgmma::desc_mn(sdS, kk), wgmma::desc_mn(sK + 2 * kDQCols * wg, kk), kk > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(dq);
+      float* dq_head = args.dq_acc + (int64_t(b) * f.Hq + h) * f.Tq * 64;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + warp * 16 + gr + 8 * half;
+        if (row < f.Tq) {
+#pragma unroll
+          for (int j = 0; j < kDQCols / 8; ++j)
+            red_add_v2(dq_head + int64_t(row) * 64 + kDQCols * wg + 8 * j + 2 * tq, dq[4 * j + 2 * half],
+                       dq[4 * j + 2 * half + 1]);
+        }
+      }
+    } else {
+      wgmma::wait<0>();
+    }
+    wgmma::fence_operands(dk);
+    wgmma::fence_operands(dv);
+    if (kDscale && (next_h != h || it + 1 == n_iter)) {
+#pragma unroll
+      for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
+      if (lane == 0) atomicAdd(p.dscale_h + h, dscale_acc);
+      dscale_acc = 0.f;
+    }
+    h = next_h;
+    m = next_m;
+  }
+
+  // dK, dV (summed over the group) out through the K and V tiles as coalesced rows.
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t o = wgmma::sw128(key_w + warp * 16 + gr + 8 * half, 8 * j + 2 * tq);
+      *reinterpret_cast<uint32_t*>(smem + o) = pack_bf16(dk[4 * j + 2 * half], dk[4 * j + 2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(smem + (sV - sK) + o) = pack_bf16(dv[4 * j + 2 * half], dv[4 * j + 2 * half + 1]);
+    }
+  __syncthreads();
+  bf16* dkh = static_cast<bf16*>(p.dk) + b * p.dk_stride.b + kvh * p.dk_stride.h;
+  bf16* dvh = static_cast<bf16*>(p.dv) + b * p.dv_stride.b + kvh * p.dv_stride.h;
+  store_rows_sw128<kBN, kThreads>(smem, dkh, p.dk_stride.t, c_lo, f.Tk, tid);
+  store_rows_sw128<kBN, kThreads>(smem + (sV - sK), dvh, p.dv_stride.t, c_lo, f.Tk, tid);
+#endif
+}
+
+// Compute capability 9.0 on the current device, asked once per device.
+bool device_is_sm90() {
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+bool rows64(const void* base, const FlashStrides& s, int d) { return d == 64 && rows_aligned(base, s, 16); }
+
+}  // namespace
+
+bool sm90_forward_applies(const FlashAttentionForwardParams& p) {
+#if defined(HYBRID_SM90A)
+  return rows64(p.q, p.q_stride, p.D) && rows64(p.k, p.k_stride, p.D) && rows64(p.v, p.v_stride, p.Dv) &&
+         rows64(p.o, p.o_stride, p.Dv) && device_is_sm90();
+#else
+  return false;
+#endif
+}
+
+bool sm90_backward_applies(const FlashAttentionBackwardParams& p) {
+  return sm90_forward_applies(p.fwd) && rows64(p.dout, p.dout_stride, p.fwd.Dv) &&
+         rows64(p.dk, p.dk_stride, p.fwd.D) && rows64(p.dv, p.dv_stride, p.fwd.Dv);
+}
+
+template <class Cfg>
+cudaError_t launch_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
+  const auto kernel = flash_forward_sm90_kernel<Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((p.Tq + Cfg::kBM - 1) / Cfg::kBM, p.Hq, p.B);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t flash_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
+  return launch_forward_sm90<Sm90ForwardTile<2, 2>>(p, stream);
+}
+
+template <class Cfg>
+cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
+                                 cudaStream_t stream) {
+  const bool atomic_dq = !p.deterministic, dscale = p.dscale_h && atomic_dq;
+  const auto kernel = dscale      ? flash_backward_sm90_kernel<Cfg, true, true>
+                      : atomic_dq ? flash_backward_sm90_kernel<Cfg, false, true>
+                                  : flash_backward_sm90_kernel<Cfg, false, false>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int grid = (p.fwd.Tk + Cfg::kBN - 1) / Cfg::kBN * p.fwd.Hkv * p.fwd.B;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(Sm90BackwardArgs{p, dq_acc, di});
+  return cudaGetLastError();
+}
+
+cudaError_t flash_backward_sm90_main(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
+                                     cudaStream_t stream) {
+  return launch_backward_sm90<Sm90BackwardTile<1, 3>>(p, dq_acc, di, stream);
+}
+
+}  // namespace hyb::flash
