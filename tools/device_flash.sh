@@ -20,6 +20,22 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool "$tool" --print-limit 5 build-dev/flash_dev --quick 2>&1 | tail -8 | tee "$out/sanitize_$tool.txt"
   done
 fi
+# NCU=regex: Nsight Compute on the first launch of each matching kernel in `flash_dev --profile`
+# (T = 4096, B = 8): speed of light, scheduler and warp states, then the hottest SASS.
+if [ -n "${NCU:-}" ]; then
+  IFS=';' read -ra kernels <<< "$NCU"
+  for k in "${kernels[@]}"; do
+    rep=/tmp/flash_ncu
+    ncu --kernel-name-base mangled -k "regex:$k" --launch-count 1 --section SpeedOfLight --section SchedulerStats \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section SourceCounters -f -o "$rep" build-dev/flash_dev --profile > "$out/ncu.log" 2>&1
+    echo "== ncu $k: rc $?"
+    ncu -i "$rep.ncu-rep" --page details > "$out/ncu_details_$k.txt" 2>&1
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Block Limit" "$out/ncu_details_$k.txt"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > /tmp/flash_sass.csv
+    python3 tools/ncu_source_top.py /tmp/flash_sass.csv "${TOP:-25}"
+  done
+fi
 echo "== flash_dev ${FLASH_ARGS:-}"
 build-dev/flash_dev ${FLASH_ARGS:-} > "$out/flash_dev.txt" 2>&1
 echo "flash_dev rc $?"

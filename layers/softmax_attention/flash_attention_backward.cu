@@ -573,7 +573,8 @@ inline WorkspaceLayout workspace_layout(const FlashAttentionBackwardParams& p, i
   auto round = [](int64_t n) { return (n + 63) / 64 * 64; };
   WorkspaceLayout w;
   w.dq_acc = 0;
-  w.di = p.deterministic ? 0 : round(rows * head_dim);
+  // Room for either accumulator layout: row-major, or the wgmma kernel's tiles of 64 query rows.
+  w.di = p.deterministic ? 0 : round(std::max<int64_t>(rows * head_dim, int64_t(sm90_dq_acc_floats(p))));
   w.dscale_part = w.di + round(rows);
   const int64_t parts = p.deterministic && p.dscale_h ? int64_t(p.fwd.Hq) * p.fwd.B * ((p.fwd.Tq + 63) / 64) : 0;
   w.total = w.dscale_part + round(parts);
@@ -608,20 +609,20 @@ cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace,
   const WorkspaceLayout w = workspace_layout(p, Cfg::kHeadDim);
   float* ws = static_cast<float*>(workspace);
   float *dq_acc = ws + w.dq_acc, *di = ws + w.di;
+  const bool sm90 = kSm90Main && sm90_backward_applies(p);
   cudaError_t err = cudaSuccess;
-  if (!p.deterministic && (err = cudaMemsetAsync(dq_acc, 0, rows * Cfg::kHeadDim * sizeof(float), stream)))
-    return err;
+  if (!p.deterministic && (err = cudaMemsetAsync(dq_acc, 0, w.di * sizeof(float), stream))) return err;
   if (rows > 0) {
     const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
     flash_backward_preprocess_kernel<<<grid, 256, 0, stream>>>(p, di);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  err = kSm90Main && sm90_backward_applies(p) ? kSm90Main(p, dq_acc, di, stream)
-                                               : launch_backward_main<Cfg>(p, dq_acc, di, stream);
+  err = sm90 ? kSm90Main(p, dq_acc, di, stream) : launch_backward_main<Cfg>(p, dq_acc, di, stream);
   if (err != cudaSuccess) return err;
   if (rows == 0) return cudaSuccess;
   if (p.deterministic)
     return launch_backward_dq<DqTile<Cfg::kHeadDim, 64, Cfg::kVec16>>(p, di, ws + w.dscale_part, stream);
+  if (sm90) return flash_dq_convert_sm90(p, dq_acc, stream);
   const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
   flash_backward_convert_kernel<<<grid, 256, 0, stream>>>(p, dq_acc, Cfg::kHeadDim);
   return cudaGetLastError();

@@ -66,6 +66,16 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float* acc, int
   a[3] = pack_bf16(c[6], c[7]);
 }
 
+// The wgmma backward's fp32 dQ accumulator is tiled by 64-query blocks of 64 x 64 floats, in the
+// order the accumulator registers of a warpgroup hold them: thread t's registers 4j..4j+3 (rows
+// 16(t/32) + (t%32)/4 and +8, columns 8j + 2(t%4) and +1) are the 4 floats at this offset, so
+// each thread adds one float4 per column chunk j. flash_dq_convert_sm90 reads it back.
+__host__ __device__ constexpr int sm90_dq_offset(int j, int t) { return (j * 128 + t) * 4; }
+
+__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
 // 1024-byte aligned start of the dynamic shared memory (the swizzle atom); kernels ask 1 KB extra.
 __device__ __forceinline__ unsigned char* smem_base_1k(unsigned char* raw) {
   const uint32_t a = smem_u32(raw);
@@ -372,17 +382,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(dq);
-      float* dq_head = args.dq_acc + (int64_t(b) * f.Hq + h) * f.Tq * 64;
+      // 16-byte vector reductions into the tiled accumulator (sm90_dq_offset): each warp covers
+      // 512 contiguous bytes per instruction. Rows >= Tq land in the tile's padding.
+      float* dq_tile = args.dq_acc + ((int64_t(b) * f.Hq + h) * ((f.Tq + kBM - 1) / kBM) + m) * (kBM * 64);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + warp * 16 + gr + 8 * half;
-        if (row < f.Tq) {
-#pragma unroll
-          for (int j = 0; j < kDQCols / 8; ++j)
-            red_add_v2(dq_head + int64_t(row) * 64 + kDQCols * wg + 8 * j + 2 * tq, dq[4 * j + 2 * half],
-                       dq[4 * j + 2 * half + 1]);
-        }
-      }
+      for (int j = 0; j < kDQCols / 8; ++j)
+        red_add_v4(dq_tile + sm90_dq_offset(kDQCols / 8 * wg + j, tid % 128), dq[4 * j], dq[4 * j + 1],
+                   dq[4 * j + 2], dq[4 * j + 3]);
     } else {
       wgmma::wait<0>();
     }
@@ -415,6 +421,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   store_rows_sw128<kBN, kThreads>(smem, dkh, p.dk_stride.t, c_lo, f.Tk, tid);
   store_rows_sw128<kBN, kThreads>(smem + (sV - sK), dvh, p.dv_stride.t, c_lo, f.Tk, tid);
 #endif
+}
+
+// dq = bf16(tiled accumulator): one thread per float4 of it (two bf16 pairs of dq).
+__global__ void flash_dq_convert_sm90_kernel(const FlashAttentionBackwardParams p, const float* __restrict__ acc) {
+  const FlashAttentionForwardParams& f = p.fwd;
+  const int num_mt = (f.Tq + 63) / 64;
+  const int64_t n4 = int64_t(f.B) * f.Hq * num_mt * 1024;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t tile = i / 1024;
+    const int within = int(i % 1024), j = within / 128, t = within % 128;
+    const int mt = int(tile % num_mt), h = int((tile / num_mt) % f.Hq), b = int(tile / (int64_t(num_mt) * f.Hq));
+    const int row = mt * 64 + 16 * (t / 32) + (t % 32) / 4, col = 8 * j + 2 * (t % 4);
+    const float4 v = reinterpret_cast<const float4*>(acc)[i];
+    bf16* dst = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + h * p.dq_stride.h + col;
+    if (row < f.Tq) *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(row) * p.dq_stride.t) = __floats2bfloat162_rn(v.x, v.y);
+    if (row + 8 < f.Tq)
+      *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(row + 8) * p.dq_stride.t) = __floats2bfloat162_rn(v.z, v.w);
+  }
 }
 
 // Compute capability 9.0 on the current device, asked once per device.
@@ -481,6 +505,17 @@ cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* d
 cudaError_t flash_backward_sm90_main(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
                                      cudaStream_t stream) {
   return launch_backward_sm90<Sm90BackwardTile<1, 3>>(p, dq_acc, di, stream);
+}
+
+size_t sm90_dq_acc_floats(const FlashAttentionBackwardParams& p) {
+  return size_t(p.fwd.B) * p.fwd.Hq * ((p.fwd.Tq + 63) / 64) * 64 * 64;
+}
+
+cudaError_t flash_dq_convert_sm90(const FlashAttentionBackwardParams& p, const float* dq_acc, cudaStream_t stream) {
+  const int64_t n4 = int64_t(sm90_dq_acc_floats(p) / 4);
+  if (n4 == 0) return cudaSuccess;
+  flash_dq_convert_sm90_kernel<<<int(std::min<int64_t>((n4 + 255) / 256, 65536)), 256, 0, stream>>>(p, dq_acc);
+  return cudaGetLastError();
 }
 
 }  // namespace hyb::flash
