@@ -27,13 +27,14 @@ if [ -n "${NCU:-}" ]; then
   for k in "${kernels[@]}"; do
     rep=/tmp/flash_ncu
     ncu --kernel-name-base mangled -k "regex:$k" --launch-count 1 --section SpeedOfLight --section SchedulerStats \
-      --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       --section SourceCounters -f -o "$rep" build-dev/flash_dev --profile > "$out/ncu.log" 2>&1
     echo "== ncu $k: rc $?"
     ncu -i "$rep.ncu-rep" --page details > "$out/ncu_details_$k.txt" 2>&1
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Block Limit" "$out/ncu_details_$k.txt"
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > /tmp/flash_sass.csv
-    python3 tools/ncu_source_top.py /tmp/flash_sass.csv "${TOP:-25}"
+    python3 tools/ncu_source_top.py /tmp/flash_sass.csv "${TOP:-25}" > "$out/ncu_top_$k.txt"
+    head -60 "$out/ncu_top_$k.txt"
   done
 fi
 echo "== flash_dev ${FLASH_ARGS:-}"

@@ -12,6 +12,7 @@
 // Compiled for sm_90a only (a separate object in CMake); elsewhere the kernels are empty and
 // sm90_*_applies() is false.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/wgmma.cuh"
 #include "layers/softmax_attention/flash_attention_device.cuh"
@@ -307,40 +308,43 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     wgmma::fence_operands(st);
     wgmma::fence_operands(dpt);
 
-    // P^T = exp(s - lse) (0 where not visible); dV += P^T dO goes out as soon as P^T is ready and
-    // runs while dS^T = scale · P^T ∘ (dP^T - Di) is formed; then dK += dS^T Q. dO and Q are read
-    // MN-major: the query index is the reduction.
+    // P^T = exp(s - lse) (0 where not visible) and dS^T = scale · P^T ∘ (dP^T - Di), then
+    // dV += P^T dO and dK += dS^T Q (dO and Q read MN-major: the query index is the reduction).
+    // Issuing dV before forming dS^T would overlap the two, but keeps P^T's A fragments live
+    // through it: past the registers of three CTAs per SM, and ptxas then serializes every wgmma.
     const int pr_lo = row0 + off, pr_hi = min(f.Tq, row0 + kBM) - 1 + off;
     // Keys >= Tk are masked too: their zero K gives P = exp(-lse), which need not be finite.
     const bool full = c_lo + kBN <= f.Tk && c_hi <= pr_lo &&
                       (f.window == 0 || pr_hi - c_lo < f.window || c_hi < f.sinks);
     const float* lse_b = sLse + buf * kBM;
     const float* di_b = sDi + buf * kBM;
+    // Two instantiations: inside the uniform branch the compiler keeps the mask out of full tiles,
+    // where if-converted it had cost a third of the kernel's instructions (ISETP/LOP3, ncu).
+    auto probabilities = [&](auto masked) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(lse_b + j * 8 + 2 * tq);
+      for (int j = 0; j < 8; ++j) {
+        const float2 lse2 = *reinterpret_cast<const float2*>(lse_b + j * 8 + 2 * tq);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float nl = -(e ? lse2.y : lse2.x) * kLog2e;
-        const int pos = row0 + j * 8 + 2 * tq + e + off;
+        for (int e = 0; e < 2; ++e) {
+          const float nl = -(e ? lse2.y : lse2.x) * kLog2e;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 4 * j + 2 * half + e, key = key0 + 8 * half;
-          float pv = fast_exp2(fmaf(st[i], sl2, nl));
-          if (!full && (key >= f.Tk || !visible(pos, key, f.window, f.sinks))) pv = 0.f;
-          if constexpr (kDscale) dscale_acc = fmaf(pv * (dpt[i] - di_b[j * 8 + 2 * tq + e]), st[i], dscale_acc);
-          st[i] = pv;
+          for (int half = 0; half < 2; ++half) {
+            const int i = 4 * j + 2 * half + e;
+            float pv = fast_exp2(fmaf(st[i], sl2, nl));
+            if constexpr (decltype(masked)::value) {
+              const int pos = row0 + j * 8 + 2 * tq + e + off, key = key0 + 8 * half;
+              if (key >= f.Tk || !visible(pos, key, f.window, f.sinks)) pv = 0.f;
+            }
+            if constexpr (kDscale) dscale_acc = fmaf(pv * (dpt[i] - di_b[j * 8 + 2 * tq + e]), st[i], dscale_acc);
+            st[i] = pv;
+          }
         }
       }
-    }
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) acc_to_a(pa[kk], st, kk);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<64, 1>(dv, pa[kk], wgmma::desc_mn(sdOb, kk), 1);
-    wgmma::commit();
-
+    };
+    if (full)
+      probabilities(std::false_type{});
+    else
+      probabilities(std::true_type{});
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 di2 = *reinterpret_cast<const float2*>(di_b + j * 8 + 2 * tq);
@@ -352,6 +356,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           dpt[i] = st[i] * (dpt[i] - (e ? di2.y : di2.x)) * scale;
         }
     }
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) acc_to_a(pa[kk], st, kk);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<64, 1>(dv, pa[kk], wgmma::desc_mn(sdOb, kk), 1);
+    wgmma::commit();
+
     uint32_t da[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) acc_to_a(da[kk], dpt, kk);
@@ -374,21 +386,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
       else
         __syncthreads();
-      float dq[kDQCols / 2];
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        wgmma::mma_ss<kDQCols, 1, 1>(dq, wgmma::desc_mn(sdS, kk), wgmma::desc_mn(sK + 2 * kDQCols * wg, kk), kk > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(dq);
-      // 16-byte vector reductions into the tiled accumulator (sm90_dq_offset): each warp covers
-      // 512 contiguous bytes per instruction. Rows >= Tq land in the tile's padding.
+      // In passes of at most 32 columns: a 64-column accumulator would push the kernel past the
+      // registers three CTAs per SM leave it. 16-byte vector reductions into the tiled accumulator
+      // (sm90_dq_offset): each warp covers 512 contiguous bytes per instruction. Rows >= Tq land
+      // in the tile's padding.
+      constexpr int kPass = kDQCols < 32 ? kDQCols : 32;
       float* dq_tile = args.dq_acc + ((int64_t(b) * f.Hq + h) * ((f.Tq + kBM - 1) / kBM) + m) * (kBM * 64);
 #pragma unroll
-      for (int j = 0; j < kDQCols / 8; ++j)
-        red_add_v4(dq_tile + sm90_dq_offset(kDQCols / 8 * wg + j, tid % 128), dq[4 * j], dq[4 * j + 1],
-                   dq[4 * j + 2], dq[4 * j + 3]);
+      for (int c0 = kDQCols * wg; c0 < kDQCols * (wg + 1); c0 += kPass) {
+        float dq[kPass / 2];
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+          wgmma::mma_ss<kPass, 1, 1>(dq, wgmma::desc_mn(sdS, kk), wgmma::desc_mn(sK + 2 * c0, kk), kk > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_operands(dq);
+#pragma unroll
+        for (int j = 0; j < kPass / 8; ++j)
+          red_add_v4(dq_tile + sm90_dq_offset(c0 / 8 + j, tid % 128), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2],
+                     dq[4 * j + 3]);
+      }
     } else {
       wgmma::wait<0>();
     }

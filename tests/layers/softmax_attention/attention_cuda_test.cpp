@@ -72,21 +72,25 @@ TEST_CASE("attention on cuda reads q, k and v as strided views of one fused proj
 
 TEST_CASE("attention on cuda with a per-head scale matches the cpu reference, the scale gradient included",
           "[attention][gpu]") {
-  const int64_t B = 2, T = 129, Hq = 4, Hkv = 2, D = 32;
+  const int64_t B = 2, T = 129, Hq = 4, Hkv = 2;
   AttentionParams p;
   p.window = 50, p.sinks = 4;
   ParityOptions o = bf16_tolerance();
   o.bf16 = false;  // scale_h must be f32 or f64
-  auto r = cuda_parity(
-      [&](const std::vector<Var>& x) {
-        AttentionVars a = attention_with_lse(x[0], x[1], x[2], x[3], p);
-        return std::vector<Var>{a.o, a.lse};
-      },
-      {random_tensor({B, T, Hq, D}, 21), random_tensor({B, T, Hkv, D}, 22), random_tensor({B, T, Hkv, D}, 23),
-       Tensor::from_vector(std::vector<double>{0.1, 0.2, 0.3, 0.5}, {Hq})},
-      o);
-  INFO(r.report);
-  REQUIRE(r.ok);
+  for (int64_t D : {32, 64}) {  // D = 64 takes the wgmma kernels on compute capability 9.0
+    DYNAMIC_SECTION("D" << D) {
+      auto r = cuda_parity(
+          [&](const std::vector<Var>& x) {
+            AttentionVars a = attention_with_lse(x[0], x[1], x[2], x[3], p);
+            return std::vector<Var>{a.o, a.lse};
+          },
+          {random_tensor({B, T, Hq, D}, 21), random_tensor({B, T, Hkv, D}, 22), random_tensor({B, T, Hkv, D}, 23),
+           Tensor::from_vector(std::vector<double>{0.1, 0.2, 0.3, 0.5}, {Hq})},
+          o);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
 }
 
 TEST_CASE("attention on cuda rejects head dims the kernels cannot take", "[attention][gpu][errors]") {
