@@ -30,10 +30,12 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo_bytes
   return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16 |
          uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
 }
-// K-major operand: k-step kk of a tile (or of its 64-row slice) at `addr`.
-__device__ __forceinline__ uint64_t desc_k(uint32_t addr, int kk) { return desc_sw128(addr + 32 * kk, 16, 1024); }
+// K-major operand: k-step kk of a tile (or of its 64-row slice) at `addr`. The step is added to the
+// encoded start address (16-byte units) so the base descriptor is built once for all k-steps;
+// shared addresses stay under 256 KB, so the 14-bit field cannot carry over.
+__device__ __forceinline__ uint64_t desc_k(uint32_t addr, int kk) { return desc_sw128(addr, 16, 1024) + 2 * kk; }
 // MN-major operand: k-step kk (rows 16kk..16kk+15) of a tile at `addr`.
-__device__ __forceinline__ uint64_t desc_mn(uint32_t addr, int kk) { return desc_sw128(addr + 2048 * kk, 8192, 1024); }
+__device__ __forceinline__ uint64_t desc_mn(uint32_t addr, int kk) { return desc_sw128(addr, 8192, 1024) + 128 * kk; }
 
 // Orders this thread's earlier register writes before the warpgroup's next wgmma reads them.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

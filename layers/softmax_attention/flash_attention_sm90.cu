@@ -6,9 +6,10 @@
 // loaded with cp.async; each warpgroup owns 64 rows of every product.
 //  forward: CTA = kWG warpgroups x 64 query rows; S = Q K^T with both operands in smem, P stays in
 //           registers as the A operand of O += P V (V read MN-major).
-//  backward main: CTA = 2 warpgroups x 64 keys; per 64-query step S^T = K Q^T and dP^T = V dO^T
+//  backward main: CTA = kWG warpgroups x 64 keys; per 64-query step S^T = K Q^T and dP^T = V dO^T
 //           (smem x smem), dV += P^T dO and dK += dS^T Q (registers x MN-major smem), dS^T to smem,
-//           then dQ = dS K split by columns between the two warpgroups, added with fp32 atomics.
+//           then dQ = dS K split by columns between the warpgroups, added with fp32 vector
+//           reductions into a tiled accumulator.
 // Compiled for sm_90a only (a separate object in CMake); elsewhere the kernels are empty and
 // sm90_*_applies() is false.
 #include <algorithm>
