@@ -483,6 +483,7 @@ const Variant kFwdVariants[] = {
     {"f128x128", flash::launch_forward<F128x128>, nullptr, 64},
     {"w192", flash::launch_forward_sm90<flash::Sm90ForwardTile<3, 1>>, nullptr, 64, true},
     {"w128x1", flash::launch_forward_sm90<flash::Sm90ForwardTile<2, 1>>, nullptr, 64, true},
+    {"w64x3", flash::launch_forward_sm90<flash::Sm90ForwardTile<1, 3>>, nullptr, 64, true},
     {"f128x64q", flash::launch_forward<F128x64q>, nullptr, 64},
     {"f64x64q3", flash::launch_forward<F64x64q3>, nullptr, 64},
     {"g64x64q", flash::launch_forward<G64x64q>, nullptr, 128},

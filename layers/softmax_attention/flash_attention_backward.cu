@@ -263,10 +263,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
       }
     }
     if (kDscale && (next_h != h || it + 1 == n_iter) && args.d_lo == 0) {
-#pragma unroll
-      for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
-      if (lane == 0) atomicAdd(p.dscale_h + h, dscale_acc);
-      dscale_acc = 0.f;
+      flush_dscale(dscale_acc, p.dscale_h, h, lane);
     }
     h = next_h;
     m = next_m;
@@ -363,13 +360,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   bf16* sV = sK + 2 * kBN * kStride;  // two buffers of kBN rows
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  const int num_m = (f.Tq + kBM - 1) / kBM;
-  const int m_block = num_m - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
-  const int kvh = h / (f.Hq / f.Hkv);
-  const bf16* qh = static_cast<const bf16*>(f.q) + b * f.q_stride.b + h * f.q_stride.h;
+  const QueryBlockCta cta(f, kBM);
+  const int num_m = (f.Tq + kBM - 1) / kBM, m_block = cta.m_block, h = cta.h, b = cta.b;
+  const bf16 *qh = cta.qh, *kh = cta.kh, *vh = cta.vh;
   const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
-  const bf16* kh = static_cast<const bf16*>(f.k) + b * f.k_stride.b + kvh * f.k_stride.h;
-  const bf16* vh = static_cast<const bf16*>(f.v) + b * f.v_stride.b + kvh * f.v_stride.h;
 
   // The forward's visit list (attention.md 4.3).
   const int row0 = m_block * kBM, off = f.Tk - f.Tq;

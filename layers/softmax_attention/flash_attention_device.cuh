@@ -27,6 +27,29 @@ __device__ __forceinline__ bool visible(int p, int j, int window, int sinks) {
   return j <= p && (window == 0 || p - j < window || j < sinks);
 }
 
+// The query block, head and batch of a query-parallel CTA (grid: query blocks, Hq, B) and its
+// q/k/v heads (pointers at (b, 0, head, 0)). Longest query blocks first (causal work grows with
+// the block index); one head's blocks stay adjacent for L2.
+struct QueryBlockCta {
+  int m_block, h, b, kvh;
+  const bf16 *qh, *kh, *vh;
+  __device__ QueryBlockCta(const FlashAttentionForwardParams& p, int kBM) {
+    m_block = (p.Tq + kBM - 1) / kBM - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
+    kvh = h / (p.Hq / p.Hkv);
+    qh = static_cast<const bf16*>(p.q) + b * p.q_stride.b + h * p.q_stride.h;
+    kh = static_cast<const bf16*>(p.k) + b * p.k_stride.b + kvh * p.k_stride.h;
+    vh = static_cast<const bf16*>(p.v) + b * p.v_stride.b + kvh * p.v_stride.h;
+  }
+};
+
+// Adds a warp's partial dL/dscale_h (one value per lane) to dscale_h[h] and clears it.
+__device__ __forceinline__ void flush_dscale(float& part, float* dscale_h, int h, int lane) {
+#pragma unroll
+  for (int sh = 16; sh > 0; sh /= 2) part += __shfl_xor_sync(0xffffffffu, part, sh);
+  if (lane == 0) atomicAdd(dscale_h + h, part);
+  part = 0.f;
+}
+
 // The key blocks (kBN wide) a forward CTA visits for query rows [row0, row0 + rows), in order
 // (attention.md 4.3): the window blocks [n_wlo, n_hi] descending, then the sink blocks [0, n_sink)
 // that the window does not already cover, descending. p_lo and p_hi are the rows' key positions.

@@ -35,13 +35,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_
   bf16* sV = sK + 2 * kBN * kStride;  // two buffers of kBN rows
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  const int num_m = (p.Tq + kBM - 1) / kBM;
-  // Longest query blocks first (causal work grows with m); one head's blocks stay adjacent for L2.
-  const int m_block = num_m - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
-  const int kvh = h / (p.Hq / p.Hkv);
-  const bf16* qh = static_cast<const bf16*>(p.q) + b * p.q_stride.b + h * p.q_stride.h;
-  const bf16* kh = static_cast<const bf16*>(p.k) + b * p.k_stride.b + kvh * p.k_stride.h;
-  const bf16* vh = static_cast<const bf16*>(p.v) + b * p.v_stride.b + kvh * p.v_stride.h;
+  const QueryBlockCta cta(p, kBM);
+  const int m_block = cta.m_block, h = cta.h, b = cta.b;
+  const bf16 *qh = cta.qh, *kh = cta.kh, *vh = cta.vh;
 
   const int row0 = m_block * kBM, off = p.Tk - p.Tq;
   const ForwardVisits visits(p, row0, kBM, kBN);

@@ -101,12 +101,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const uint32_t sQ = smem_u32(smem), sK = sQ + kBM * kRowBytes, sV = sK + 2 * kBN * kRowBytes;
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  const int num_m = (p.Tq + kBM - 1) / kBM;
-  const int m_block = num_m - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
-  const int kvh = h / (p.Hq / p.Hkv);
-  const bf16* qh = static_cast<const bf16*>(p.q) + b * p.q_stride.b + h * p.q_stride.h;
-  const bf16* kh = static_cast<const bf16*>(p.k) + b * p.k_stride.b + kvh * p.k_stride.h;
-  const bf16* vh = static_cast<const bf16*>(p.v) + b * p.v_stride.b + kvh * p.v_stride.h;
+  const QueryBlockCta cta(p, kBM);
+  const int m_block = cta.m_block, h = cta.h, b = cta.b;
+  const bf16 *qh = cta.qh, *kh = cta.kh, *vh = cta.vh;
   const int row0 = m_block * kBM, off = p.Tk - p.Tq;
   const ForwardVisits visits(p, row0, kBM, kBN);
 
@@ -414,10 +411,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     wgmma::fence_operands(dk);
     wgmma::fence_operands(dv);
     if (kDscale && (next_h != h || it + 1 == n_iter)) {
-#pragma unroll
-      for (int sh = 16; sh > 0; sh /= 2) dscale_acc += __shfl_xor_sync(0xffffffffu, dscale_acc, sh);
-      if (lane == 0) atomicAdd(p.dscale_h + h, dscale_acc);
-      dscale_acc = 0.f;
+      flush_dscale(dscale_acc, p.dscale_h, h, lane);
     }
     h = next_h;
     m = next_m;
