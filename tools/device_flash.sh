@@ -34,6 +34,7 @@ if [ -n "${NCU:-}" ]; then
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Block Limit" "$out/ncu_details_$k.txt"
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > /tmp/flash_sass.csv
     python3 tools/ncu_source_top.py /tmp/flash_sass.csv "${TOP:-25}" > "$out/ncu_top_$k.txt"
+    gzip -c /tmp/flash_sass.csv > "$out/ncu_sass_$k.csv.gz"
     head -60 "$out/ncu_top_$k.txt"
   done
 fi

@@ -30,19 +30,24 @@ namespace {
 constexpr int kRowBytes = 128;  // one tile row: 64 bf16
 
 // cp.async of rows [row0, row0 + kRows) of one head (64 bf16 per row, 16-byte aligned) into a
-// swizzled tile; rows >= T are zeros.
+// swizzled tile; rows >= T are zeros. Each thread copies one 16-byte column chunk down the rows,
+// kThreads / 8 rows apart: a multiple of 8, so the chunk's swizzled position is the same in every
+// row it copies and the unrolled loop is one address add, one bound test and one copy per row.
 template <int kRows, int kThreads>
 __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* head, int64_t row_stride, int row0, int T,
                                                 int tid) {
-  static_assert(kThreads % 8 == 0, "a thread copies one 16-byte column chunk down the rows");
   constexpr int kStep = kThreads / 8;
-  const int c = tid % 8;
-  int r = tid / 8;
-  const bf16* src = head + int64_t(row0 + r) * row_stride + c * 8;
-#pragma unroll 1
-  for (; r < kRows; r += kStep, src += kStep * row_stride) {
-    const bool ok = row0 + r < T;
-    cp_async16(tile + wgmma::sw128(r, c * 8), ok ? src : head, ok);
+  static_assert(kThreads % 64 == 0, "rows kThreads / 8 apart must share their swizzle phase");
+  const int c = tid % 8, r0 = tid / 8;
+  const uint32_t dst = tile + wgmma::sw128(r0, c * 8);
+  const bf16* src = head + int64_t(row0 + r0) * row_stride + c * 8;
+#pragma unroll
+  for (int k = 0; k < (kRows + kStep - 1) / kStep; ++k) {
+    const int r = r0 + k * kStep;
+    if (kRows % kStep == 0 || r < kRows) {
+      const bool ok = row0 + r < T;
+      cp_async16(dst + k * kStep * kRowBytes, ok ? src + k * kStep * row_stride : head, ok);
+    }
   }
 }
 
