@@ -85,13 +85,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
     const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
     load_tile<kBM, kD, kThreads, kVec16>(sQ + buf * kBM * kStride, qh, f.q_stride.t, row0, f.Tq, f.D, tid);
     load_tile<kBM, kD, kThreads, kVec16>(sdO + buf * kBM * kStride, doh, p.dout_stride.t, row0, f.Tq, f.Dv, tid);
-    if (tid < kBM) {
-      const int row = row0 + tid;
-      const bool ok = row < f.Tq;
-      const int64_t idx = (int64_t(b) * f.Hq + h) * f.Tq + (ok ? row : 0);
-      cp_async4(smem_u32(sLse + buf * kBM + tid), f.lse + idx, ok);
-      cp_async4(smem_u32(sDi + buf * kBM + tid), args.di + idx, ok);
-    }
+    load_row_terms<kBM>(sLse + buf * kBM, sDi + buf * kBM, f, args.di, b, h, row0, tid);
   };
   if (n_iter > 0) load_step(kvh * G, m_lo * kBM, 0);
   cp_async_commit();

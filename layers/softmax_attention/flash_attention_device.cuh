@@ -114,6 +114,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The lse and Di of query rows [row0, row0 + kRows) of head (b, h) into shared memory, one row per
+// thread of threads 0 .. kRows - 1 (cp.async); rows >= Tq read as zeros.
+template <int kRows>
+__device__ __forceinline__ void load_row_terms(float* s_lse, float* s_di, const FlashAttentionForwardParams& f,
+                                               const float* di, int b, int h, int row0, int tid) {
+  if (tid < kRows) {
+    const int row = row0 + tid;
+    const bool ok = row < f.Tq;
+    const int64_t idx = (int64_t(b) * f.Hq + h) * f.Tq + (ok ? row : 0);
+    cp_async4(smem_u32(s_lse + tid), f.lse + idx, ok);
+    cp_async4(smem_u32(s_di + tid), di + idx, ok);
+  }
+}
+
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
