@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (any kind with several GPUs), carrying build-carry (tools/build_carried.sh): weak
-# scaling of `hybrid bench dp` on the GPT-2-124M shape, DP_MICRO (16) sequences of 1024 tokens per GPU and
+# scaling of `hybrid bench dp` on DP_CONFIG (default the GPT-2-124M shape), DP_MICRO (16) sequences of 1024 tokens per GPU and
 # micro-step, DP_ACCUM (1) micro-steps per optimizer step, bf16, at 1 GPU and
 # at each count in DP_NPROCS (default: 2 and, where present, 4 and 8 up to the GPUs visible), each
 # with and without ZeRO-1 (train.data_parallel.zero1). Per run: tokens/s per GPU, weak-scaling
@@ -15,7 +15,7 @@ procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; d
 steps=${DP_STEPS:-20}
 micro=${DP_MICRO:-16}
 accum=${DP_ACCUM:-1}
-bench=(bench dp --config configs/gpt2_124m.json --steps "$steps" --set train.grad_accum=$accum)
+bench=(bench dp --config "${DP_CONFIG:-configs/gpt2_124m.json}" --steps "$steps" --set train.grad_accum=$accum)
 echo "built from $(head -1 build-carry/commit); $gpus GPUs; runs: 1 and $procs; $micro x 1024 tokens per GPU and micro-step, $accum micro-steps" | tee "$OUT/scaling.log"
 $h "${bench[@]}" --set train.batch_size=$((micro * accum)) --out "$OUT/dp_1.json" >> "$OUT/scaling.log" 2>&1
 echo "1 GPU: rc $?"
