@@ -15,7 +15,8 @@ procs=${DP_NPROCS:-$(for n in 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; d
 steps=${DP_STEPS:-20}
 micro=${DP_MICRO:-16}
 accum=${DP_ACCUM:-1}
-bench=(bench dp --config "${DP_CONFIG:-configs/gpt2_124m.json}" --steps "$steps" --set train.grad_accum=$accum)
+# DP_SET: more `--set key=value` words for the config (e.g. a data path the device has).
+bench=(bench dp --config "${DP_CONFIG:-configs/gpt2_124m.json}" --steps "$steps" --set train.grad_accum=$accum ${DP_SET:-})
 echo "built from $(head -1 build-carry/commit); $gpus GPUs; runs: 1 and $procs; $micro x 1024 tokens per GPU and micro-step, $accum micro-steps" | tee "$OUT/scaling.log"
 $h "${bench[@]}" --set train.batch_size=$((micro * accum)) --out "$OUT/dp_1.json" >> "$OUT/scaling.log" 2>&1
 echo "1 GPU: rc $?"
