@@ -167,33 +167,55 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
 
-    // Online softmax per row half; `ref` guards rows with no visible key yet ((-inf) - (-inf)).
+    // Online softmax per row half. The reference max of a row moves only when the tile's max exceeds
+    // it by more than kRescaleSlack (log2 units) in some row of the warp: otherwise the rescale of
+    // acc and of the running sum is skipped (a causal row's max settles after a few tiles), and P
+    // stays below 2^kRescaleSlack, far inside bf16 and fp32 range. `ref` guards rows with no
+    // visible key yet ((-inf) - (-inf)). Max and sum run as trees: a serial chain of 32 adds behind
+    // the exponentials had been the warp's critical path.
+    constexpr float kRescaleSlack = 8.f;
+    float m_new[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float mx = -INFINITY;
+      float mx[8];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[half], mx * sl2);
-      const float ref = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = fast_exp2(row_max[half] - ref);
-      row_max[half] = m_new;
+      for (int j = 0; j < 8; ++j)
+        mx[j] = fmaxf(fmaxf(s[8 * j + 2 * half], s[8 * j + 2 * half + 1]),
+                      fmaxf(s[8 * j + 4 + 2 * half], s[8 * j + 4 + 2 * half + 1]));
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        acc[4 * j + 2 * half] *= alpha;
-        acc[4 * j + 2 * half + 1] *= alpha;
+      for (int w = 4; w > 0; w /= 2)
+#pragma unroll
+        for (int j = 0; j < w; ++j) mx[j] = fmaxf(mx[j], mx[j + w]);
+      mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 1));
+      mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 2));
+      m_new[half] = fmaxf(row_max[half], mx[0] * sl2);
+    }
+    if (__any_sync(0xffffffffu, m_new[0] > row_max[0] + kRescaleSlack || m_new[1] > row_max[1] + kRescaleSlack)) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float alpha = fast_exp2(row_max[half] - (m_new[half] == -INFINITY ? 0.f : m_new[half]));
+        row_max[half] = m_new[half];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          acc[4 * j + 2 * half] *= alpha;
+          acc[4 * j + 2 * half + 1] *= alpha;
+        }
+        row_sum[half] *= alpha;
       }
-      float sum = 0.f;
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float ref = row_max[half] == -INFINITY ? 0.f : row_max[half];
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float pe = fast_exp2(fmaf(s[4 * j + 2 * half + e], sl2, -ref));
           s[4 * j + 2 * half + e] = pe;
-          sum += pe;
+          sum[(2 * j + e) % 4] += pe;
         }
-      row_sum[half] = row_sum[half] * alpha + sum;
+      row_sum[half] += (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
 
     uint32_t pa[8][4];
