@@ -17,7 +17,8 @@ build-dev/wgmma_probe 2>&1 | tee "$out/probe.txt"
 if [ "${SANITIZE:-0}" = 1 ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (--quick)"
-    compute-sanitizer --tool "$tool" --print-limit 5 build-dev/flash_dev --quick 2>&1 | tail -8 | tee "$out/sanitize_$tool.txt"
+    compute-sanitizer --tool "$tool" --print-limit 5 build-dev/flash_dev --quick > "$out/sanitize_$tool.txt" 2>&1
+    tail -8 "$out/sanitize_$tool.txt"
   done
 fi
 # NCU=regex: Nsight Compute on the first launch of each matching kernel in `flash_dev --profile`
