@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 #include "layers/softmax_attention/flash_attention_device.cuh"
 #include "layers/softmax_attention/flash_attention_sm90.cuh"
@@ -254,6 +255,8 @@ struct Sm90BackwardArgs {
   FlashAttentionBackwardParams p;
   float* dq_acc;    // (B, Hq, Tq, 64) fp32, zeroed
   const float* di;  // (B, Hq, Tq)
+  // The kTma kernels' maps of q and dout (64-row boxes, 128B-swizzled) and of lse and di (64 rows).
+  CUtensorMap q_map, dout_map, lse_map, di_map;
 };
 
 // kWG warpgroups x 64 keys per CTA; each step takes 64 queries. kMinBlocks CTAs per SM.
@@ -263,13 +266,16 @@ struct Sm90BackwardTile {
   static constexpr int kBN = 64 * kWG, kBM = 64, kThreads = 128 * kWG;
   static constexpr int kDQCols = 64 / kWG;  // dQ columns each warpgroup produces
   // K, V (kBN rows each), two Q and two dO buffers (kBM rows), dS^T (kBN rows of kBM queries),
-  // then two lse and two Di buffers of kBM floats.
-  static constexpr int kSmemBytes = 1024 + (3 * kBN + 4 * kBM) * kRowBytes + 4 * kBM * 4;
+  // then two lse and two Di buffers of kBM floats and the two buffers' mbarriers.
+  static constexpr int kSmemBytes = 1024 + (3 * kBN + 4 * kBM) * kRowBytes + 4 * kBM * 4 + 16;
 };
 
-template <class Cfg, bool kDscale, bool kAtomicDQ>
+// kTma: Q, dO, lse and Di of each step arrive by TMA (one thread issues them, an mbarrier per buffer
+// counts them in); otherwise every thread copies with cp.async and the step starts with a proxy
+// fence. K and V, loaded once, always take cp.async.
+template <class Cfg, bool kDscale, bool kAtomicDQ, bool kTma>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    flash_backward_sm90_kernel(const Sm90BackwardArgs args) {
+    flash_backward_sm90_kernel(const __grid_constant__ Sm90BackwardArgs args) {
 #ifdef HYBRID_SM90_BODY
   constexpr int kBN = Cfg::kBN, kBM = Cfg::kBM, kThreads = Cfg::kThreads, kDQCols = Cfg::kDQCols;
   const FlashAttentionBackwardParams& p = args.p;
@@ -280,6 +286,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const uint32_t sdO = sQ + 2 * kBM * kRowBytes, sdS = sdO + 2 * kBM * kRowBytes;
   float* sLse = reinterpret_cast<float*>(smem + (sdS - sK) + kBN * kRowBytes);
   float* sDi = sLse + 2 * kBM;
+  const uint32_t full_bar = smem_u32(sDi + 2 * kBM);  // buffer `buf`'s barrier at + 8 buf
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
   const BackwardBlock kb(f, blockIdx.x, kBN, kBM);
@@ -294,14 +301,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Q, dO, lse and Di of one step into buffer `buf`. Rows >= Tq load as zeros and contribute
   // nothing: dO = 0 and Di = 0 make dV and dS zero whatever P is.
   auto load_step = [&](int h, int row0, int buf) {
+    if constexpr (kTma) {
+      if (tid == 0) {
+        const uint32_t bar = full_bar + 8 * buf;
+        tma::mbar_expect_tx(bar, 2 * kBM * kRowBytes + 2 * kBM * 4);
+        tma::load_4d(sQ + buf * kBM * kRowBytes, &args.q_map, bar, 0, row0, h, b);
+        tma::load_4d(sdO + buf * kBM * kRowBytes, &args.dout_map, bar, 0, row0, h, b);
+        tma::load_3d(smem_u32(sLse + buf * kBM), &args.lse_map, bar, row0, h, b);
+        tma::load_3d(smem_u32(sDi + buf * kBM), &args.di_map, bar, row0, h, b);
+      }
+      return;
+    }
     const bf16* qh = static_cast<const bf16*>(f.q) + b * f.q_stride.b + h * f.q_stride.h;
     const bf16* doh = static_cast<const bf16*>(p.dout) + b * p.dout_stride.b + h * p.dout_stride.h;
     load_rows_sw128<kBM, kThreads>(sQ + buf * kBM * kRowBytes, qh, f.q_stride.t, row0, f.Tq, tid);
     load_rows_sw128<kBM, kThreads>(sdO + buf * kBM * kRowBytes, doh, p.dout_stride.t, row0, f.Tq, tid);
     load_row_terms<kBM>(sLse + buf * kBM, sDi + buf * kBM, f, args.di, b, h, row0, tid);
   };
+  if constexpr (kTma) {
+    if (tid == 0) tma::mbar_init(full_bar, 1), tma::mbar_init(full_bar + 8, 1);
+    __syncthreads();
+  }
   if (n_iter > 0) load_step(kvh * G, m_lo * kBM, 0);
   cp_async_commit();
+  if constexpr (kTma) {  // K and V came by cp.async: made visible to wgmma once, here
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+  }
 
   float dk[32], dv[32];
 #pragma unroll
@@ -316,9 +342,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int buf = it & 1, row0 = m * kBM;
     const bool last_m = m == m_lo + n_m - 1;
     const int next_h = last_m ? h + 1 : h, next_m = last_m ? m_lo : m + 1;
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    __syncthreads();  // this step's tiles landed; the other buffers and dS^T are free
+    if constexpr (kTma) {
+      __syncthreads();  // the other buffers and dS^T are free
+      tma::mbar_wait(full_bar + 8 * buf, (it >> 1) & 1);
+    } else {
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async();
+      __syncthreads();  // this step's tiles landed; the other buffers and dS^T are free
+    }
     const float scale = f.scale_h ? f.scale_h[h] : f.scale, sl2 = scale * kLog2e;
     const uint32_t sQb = sQ + buf * kBM * kRowBytes, sdOb = sdO + buf * kBM * kRowBytes;
 
@@ -550,18 +581,47 @@ cudaError_t flash_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_
   return launch_forward_sm90<Sm90ForwardTile<2, 2>>(p, stream);
 }
 
-template <class Cfg>
-cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
-                                 cudaStream_t stream) {
+// Maps of a bf16 (B, T, H, 64) tensor with element strides s, 64-row boxes of one head, 128B-swizzled
+// as wgmma reads them; and of an f32 (B, H, T) contiguous one, 64-row boxes.
+bool map_rows64(CUtensorMap* map, const void* base, const FlashStrides& s, int T, int H, int B) {
+  const uint64_t extent[4] = {64, uint64_t(T), uint64_t(H), uint64_t(B)};
+  const uint64_t stride[3] = {uint64_t(s.t) * 2, uint64_t(s.h) * 2, uint64_t(s.b) * 2};
+  const uint32_t box[4] = {64, 64, 1, 1};
+  return tma::encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, extent, stride, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+bool map_row_terms(CUtensorMap* map, const float* base, int T, int H, int B) {
+  const uint64_t extent[3] = {uint64_t(T), uint64_t(H), uint64_t(B)};
+  const uint64_t stride[2] = {uint64_t(T) * 4, uint64_t(T) * H * 4};
+  const uint32_t box[3] = {64, 1, 1};
+  return tma::encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, extent, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <class Cfg, bool kTma>
+cudaError_t launch_backward_sm90_as(const Sm90BackwardArgs& args, cudaStream_t stream) {
+  const FlashAttentionBackwardParams& p = args.p;
   const bool atomic_dq = !p.deterministic, dscale = p.dscale_h && atomic_dq;
-  const auto kernel = dscale      ? flash_backward_sm90_kernel<Cfg, true, true>
-                      : atomic_dq ? flash_backward_sm90_kernel<Cfg, false, true>
-                                  : flash_backward_sm90_kernel<Cfg, false, false>;
+  const auto kernel = dscale      ? flash_backward_sm90_kernel<Cfg, true, true, kTma>
+                      : atomic_dq ? flash_backward_sm90_kernel<Cfg, false, true, kTma>
+                                  : flash_backward_sm90_kernel<Cfg, false, false, kTma>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = (p.fwd.Tk + Cfg::kBN - 1) / Cfg::kBN * p.fwd.Hkv * p.fwd.B;
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(Sm90BackwardArgs{p, dq_acc, di});
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
   return cudaGetLastError();
+}
+
+// The TMA kernels where the driver encodes all four maps (strides in multiples of 16 bytes, so
+// Tq % 4 == 0 for lse and di), the cp.async ones otherwise.
+template <class Cfg>
+cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
+                                 cudaStream_t stream) {
+  Sm90BackwardArgs args{p, dq_acc, di, {}, {}, {}, {}};
+  const FlashAttentionForwardParams& f = p.fwd;
+  const bool tma = map_rows64(&args.q_map, f.q, f.q_stride, f.Tq, f.Hq, f.B) &&
+                   map_rows64(&args.dout_map, p.dout, p.dout_stride, f.Tq, f.Hq, f.B) &&
+                   map_row_terms(&args.lse_map, f.lse, f.Tq, f.Hq, f.B) &&
+                   map_row_terms(&args.di_map, di, f.Tq, f.Hq, f.B);
+  return tma ? launch_backward_sm90_as<Cfg, true>(args, stream) : launch_backward_sm90_as<Cfg, false>(args, stream);
 }
 
 cudaError_t flash_backward_sm90_main(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
