@@ -103,17 +103,27 @@ template <int kWG_, int kMinBlocks_>
 struct Sm90ForwardTile {
   static constexpr int kWG = kWG_, kMinBlocks = kMinBlocks_;
   static constexpr int kBM = 64 * kWG, kBN = 128, kThreads = 128 * kWG;
-  static constexpr int kSmemBytes = 1024 + (kBM + 4 * kBN) * kRowBytes;  // Q, two K and two V buffers
+  // Q, two K and two V buffers, the two buffers' mbarriers.
+  static constexpr int kSmemBytes = 1024 + (kBM + 4 * kBN) * kRowBytes + 16;
 };
 
-template <class Cfg>
+struct Sm90ForwardArgs {
+  FlashAttentionForwardParams p;
+  CUtensorMap k_map, v_map;  // the kTma kernel's: 128-row boxes of one head, 128B-swizzled
+};
+
+// kTma: each step's K and V arrive by TMA (one thread issues them, an mbarrier per buffer counts
+// them in); otherwise every thread copies with cp.async and the step starts with a proxy fence.
+template <class Cfg, bool kTma>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    flash_forward_sm90_kernel(const FlashAttentionForwardParams p) {
+    flash_forward_sm90_kernel(const __grid_constant__ Sm90ForwardArgs args) {
 #ifdef HYBRID_SM90_BODY
+  const FlashAttentionForwardParams& p = args.p;
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kThreads = Cfg::kThreads;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_base_1k(smem_raw);
   const uint32_t sQ = smem_u32(smem), sK = sQ + kBM * kRowBytes, sV = sK + 2 * kBN * kRowBytes;
+  const uint32_t full_bar = sV + 2 * kBN * kRowBytes;  // buffer `buf`'s barrier at + 8 buf
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
   const QueryBlockCta cta(p, kBM);
@@ -122,10 +132,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int row0 = m_block * kBM, off = p.Tk - p.Tq;
   const ForwardVisits visits(p, row0, kBM, kBN);
 
+  // K and V of key block n into buffer `buf`; rows >= Tk load as zeros.
+  auto load_block = [&](int n, int buf) {
+    if constexpr (kTma) {
+      if (tid == 0) {
+        const uint32_t bar = full_bar + 8 * buf;
+        tma::mbar_expect_tx(bar, 2 * kBN * kRowBytes);
+        tma::load_4d(sK + buf * kBN * kRowBytes, &args.k_map, bar, 0, n * kBN, cta.kvh, b);
+        tma::load_4d(sV + buf * kBN * kRowBytes, &args.v_map, bar, 0, n * kBN, cta.kvh, b);
+      }
+    } else {
+      load_rows_sw128<kBN, kThreads>(sK + buf * kBN * kRowBytes, kh, p.k_stride.t, n * kBN, p.Tk, tid);
+      load_rows_sw128<kBN, kThreads>(sV + buf * kBN * kRowBytes, vh, p.v_stride.t, n * kBN, p.Tk, tid);
+    }
+  };
+  if constexpr (kTma) {
+    if (tid == 0) tma::mbar_init(full_bar, 1), tma::mbar_init(full_bar + 8, 1);
+    __syncthreads();
+  }
   load_rows_sw128<kBM, kThreads>(sQ, qh, p.q_stride.t, row0, p.Tq, tid);
-  load_rows_sw128<kBN, kThreads>(sK, kh, p.k_stride.t, visits.block(0) * kBN, p.Tk, tid);
-  load_rows_sw128<kBN, kThreads>(sV, vh, p.v_stride.t, visits.block(0) * kBN, p.Tk, tid);
+  load_block(visits.block(0), 0);
   cp_async_commit();
+  if constexpr (kTma) {  // Q came by cp.async: made visible to wgmma once, here
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+  }
 
   const float sl2 = (p.scale_h ? p.scale_h[h] : p.scale) * kLog2e;  // logits in log2 units
   float acc[32];
@@ -137,9 +168,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   for (int it = 0; it < visits.n_iter; ++it) {
     const int n = visits.block(it), buf = it & 1;
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    __syncthreads();  // block n landed; every warpgroup is done with the other buffers
+    if constexpr (kTma) {
+      __syncthreads();  // every warpgroup is done with the other buffers
+      tma::mbar_wait(full_bar + 8 * buf, (it >> 1) & 1);
+    } else {
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async();
+      __syncthreads();  // block n landed; every warpgroup is done with the other buffers
+    }
     const uint32_t sKb = sK + buf * kBN * kRowBytes, sVb = sV + buf * kBN * kRowBytes;
 
     float s[64];
@@ -148,11 +184,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int kk = 0; kk < 4; ++kk) wgmma::mma_ss<128, 0, 0>(s, wgmma::desc_k(sQw, kk), wgmma::desc_k(sKb, kk), kk > 0);
     wgmma::commit();
     // The next block's copies are issued while the tensor cores work on this one.
-    if (it + 1 < visits.n_iter) {
-      const int next = visits.block(it + 1) * kBN;
-      load_rows_sw128<kBN, kThreads>(sK + (buf ^ 1) * kBN * kRowBytes, kh, p.k_stride.t, next, p.Tk, tid);
-      load_rows_sw128<kBN, kThreads>(sV + (buf ^ 1) * kBN * kRowBytes, vh, p.v_stride.t, next, p.Tk, tid);
-    }
+    if (it + 1 < visits.n_iter) load_block(visits.block(it + 1), buf ^ 1);
     cp_async_commit();
     wgmma::wait<0>();
     wgmma::fence_operands(s);
@@ -567,33 +599,43 @@ bool sm90_backward_applies(const FlashAttentionBackwardParams& p) {
          rows64(p.dk, p.dk_stride, p.fwd.D) && rows64(p.dv, p.dv_stride, p.fwd.Dv);
 }
 
-template <class Cfg>
-cudaError_t launch_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
-  const auto kernel = flash_forward_sm90_kernel<Cfg>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const dim3 grid((p.Tq + Cfg::kBM - 1) / Cfg::kBM, p.Hq, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
-}
-
-cudaError_t flash_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
-  return launch_forward_sm90<Sm90ForwardTile<2, 2>>(p, stream);
-}
-
-// Maps of a bf16 (B, T, H, 64) tensor with element strides s, 64-row boxes of one head, 128B-swizzled
-// as wgmma reads them; and of an f32 (B, H, T) contiguous one, 64-row boxes.
-bool map_rows64(CUtensorMap* map, const void* base, const FlashStrides& s, int T, int H, int B) {
+// Maps of a bf16 (B, T, H, 64) tensor with element strides s, `rows`-row boxes of one head,
+// 128B-swizzled as wgmma reads them; false where the driver refuses it (the cp.async kernels run).
+bool map_rows64(CUtensorMap* map, const void* base, const FlashStrides& s, int T, int H, int B, int rows) {
   const uint64_t extent[4] = {64, uint64_t(T), uint64_t(H), uint64_t(B)};
   const uint64_t stride[3] = {uint64_t(s.t) * 2, uint64_t(s.h) * 2, uint64_t(s.b) * 2};
-  const uint32_t box[4] = {64, 64, 1, 1};
+  const uint32_t box[4] = {64, uint32_t(rows), 1, 1};
   return tma::encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, extent, stride, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
+// An f32 (B, H, T) contiguous tensor in 64-row boxes (needs T % 4 == 0: strides of 16 bytes).
 bool map_row_terms(CUtensorMap* map, const float* base, int T, int H, int B) {
   const uint64_t extent[3] = {uint64_t(T), uint64_t(H), uint64_t(B)};
   const uint64_t stride[2] = {uint64_t(T) * 4, uint64_t(T) * H * 4};
   const uint32_t box[3] = {64, 1, 1};
   return tma::encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, extent, stride, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <class Cfg, bool kTma>
+cudaError_t launch_forward_sm90_as(const Sm90ForwardArgs& args, cudaStream_t stream) {
+  const FlashAttentionForwardParams& p = args.p;
+  const auto kernel = flash_forward_sm90_kernel<Cfg, kTma>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((p.Tq + Cfg::kBM - 1) / Cfg::kBM, p.Hq, p.B);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+template <class Cfg>
+cudaError_t launch_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
+  Sm90ForwardArgs args{p, {}, {}};
+  const bool tma = map_rows64(&args.k_map, p.k, p.k_stride, p.Tk, p.Hkv, p.B, Cfg::kBN) &&
+                   map_rows64(&args.v_map, p.v, p.v_stride, p.Tk, p.Hkv, p.B, Cfg::kBN);
+  return tma ? launch_forward_sm90_as<Cfg, true>(args, stream) : launch_forward_sm90_as<Cfg, false>(args, stream);
+}
+
+cudaError_t flash_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
+  return launch_forward_sm90<Sm90ForwardTile<2, 2>>(p, stream);
 }
 
 template <class Cfg, bool kTma>
@@ -617,8 +659,8 @@ cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* d
                                  cudaStream_t stream) {
   Sm90BackwardArgs args{p, dq_acc, di, {}, {}, {}, {}};
   const FlashAttentionForwardParams& f = p.fwd;
-  const bool tma = map_rows64(&args.q_map, f.q, f.q_stride, f.Tq, f.Hq, f.B) &&
-                   map_rows64(&args.dout_map, p.dout, p.dout_stride, f.Tq, f.Hq, f.B) &&
+  const bool tma = map_rows64(&args.q_map, f.q, f.q_stride, f.Tq, f.Hq, f.B, Cfg::kBM) &&
+                   map_rows64(&args.dout_map, p.dout, p.dout_stride, f.Tq, f.Hq, f.B, Cfg::kBM) &&
                    map_row_terms(&args.lse_map, f.lse, f.Tq, f.Hq, f.B) &&
                    map_row_terms(&args.di_map, di, f.Tq, f.Hq, f.B);
   return tma ? launch_backward_sm90_as<Cfg, true>(args, stream) : launch_backward_sm90_as<Cfg, false>(args, stream);
