@@ -77,6 +77,13 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 // of 16 bytes, a misaligned base), and the caller takes its other path.
 inline bool encode(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* base, const uint64_t* extent,
                    const uint64_t* stride_bytes, const uint32_t* box, CUtensorMapSwizzle swizzle) {
+  // The driver's own rules for a tiled map, checked first so that a refusal is not an API error
+  // (compute-sanitizer reports those).
+  if (reinterpret_cast<uintptr_t>(base) % 16) return false;
+  for (int i = 0; i + 1 < rank; ++i)
+    if (stride_bytes[i] % 16 || stride_bytes[i] >= (uint64_t(1) << 40)) return false;
+  for (int i = 0; i < rank; ++i)
+    if (extent[i] == 0 || extent[i] > (uint64_t(1) << 32) || box[i] == 0 || box[i] > 256) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_tiled();
   if (!fn) return false;
   const uint32_t unit[5] = {1, 1, 1, 1, 1};

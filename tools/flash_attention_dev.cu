@@ -501,6 +501,7 @@ const Variant kBwdVariants[] = {
     {"b64x64", nullptr, flash::run_backward<B64x64>, 64},
     {"w128", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<2, 1>>>, 64, true},
     {"w64x2", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<1, 2>>>, 64, true},
+    {"w64x3", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<1, 3>>>, 64, true},
     {"b128x64s", nullptr, flash::run_backward<B128x64s>, 64},
     {"b64x64s3", nullptr, flash::run_backward<B64x64s3>, 64},
     {"b64x32s4", nullptr, flash::run_backward<B64x32s4>, 64},

@@ -666,8 +666,16 @@ cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* d
   return tma ? launch_backward_sm90_as<Cfg, true>(args, stream) : launch_backward_sm90_as<Cfg, false>(args, stream);
 }
 
+// Where a key sees 8k query rows or more, CTAs of two warpgroups x 64 keys (one per SM) share each
+// step's Q and dO tiles and halve the dQ reductions per FLOP; with fewer steps per CTA, three
+// independent one-warpgroup CTAs per SM overlap better. Measured on the H200, causal
+// (docs/perf_notes/flash_attention.md v6): 1k 0.73 against 0.88 ms, 4k 2.00 against 2.05, 8k 3.66
+// against 3.56, 16k 7.18 against 6.62; window 512 at 16k 0.81 against 1.06.
 cudaError_t flash_backward_sm90_main(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
                                      cudaStream_t stream) {
+  const int rows_per_key = p.fwd.window > 0 ? std::min(p.fwd.window, p.fwd.Tq) : p.fwd.Tq;
+  if (rows_per_key >= 8192 && !p.deterministic)
+    return launch_backward_sm90<Sm90BackwardTile<2, 1>>(p, dq_acc, di, stream);
   return launch_backward_sm90<Sm90BackwardTile<1, 3>>(p, dq_acc, di, stream);
 }
 
