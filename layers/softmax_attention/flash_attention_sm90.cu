@@ -397,6 +397,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     wgmma::commit();
     if (it + 1 < n_iter) load_step(next_h, next_m * kBM, buf ^ 1);
     cp_async_commit();
+    // -lse log2(e) of this thread's query columns, read and scaled while the GEMMs run: loaded where
+    // the exponentials need them, the loads had sat on the critical path (ncu: short scoreboard).
+    // The dscale kernel has no registers to spare for them (it spilled 200 bytes) and loads each
+    // pair where it is used.
+    const float* lse_b = sLse + buf * kBM;
+    const float* di_b = sDi + buf * kBM;
+    auto nlse_at = [&](int j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse_b + j * 8 + 2 * tq);
+      return make_float2(-l.x * kLog2e, -l.y * kLog2e);
+    };
+    float2 nlse[8];
+    if constexpr (!kDscale) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) nlse[j] = nlse_at(j);
+    }
     wgmma::wait<0>();
     wgmma::fence_operands(st);
     wgmma::fence_operands(dpt);
@@ -409,17 +424,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // Keys >= Tk are masked too: their zero K gives P = exp(-lse), which need not be finite.
     const bool full = c_lo + kBN <= f.Tk && c_hi <= pr_lo &&
                       (f.window == 0 || pr_hi - c_lo < f.window || c_hi < f.sinks);
-    const float* lse_b = sLse + buf * kBM;
-    const float* di_b = sDi + buf * kBM;
     // Two instantiations: inside the uniform branch the compiler keeps the mask out of full tiles,
     // where if-converted it had cost a third of the kernel's instructions (ISETP/LOP3, ncu).
     auto probabilities = [&](auto masked) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float2 lse2 = *reinterpret_cast<const float2*>(lse_b + j * 8 + 2 * tq);
+        const float2 nl2 = kDscale ? nlse_at(j) : nlse[j];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float nl = -(e ? lse2.y : lse2.x) * kLog2e;
+          const float nl = e ? nl2.y : nl2.x;
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int i = 4 * j + 2 * half + e;
