@@ -5,7 +5,7 @@
 // for the thread's outstanding global reductions).
 // Host side: tensor maps (CUtensorMap) describe a strided global tensor and the box one copy moves;
 // rows past a dimension's extent arrive as zeros. They are encoded through the driver entry point
-// the runtime hands out, so nothing links libcuda.
+// the runtime hands out (cudaGetDriverEntryPointByVersion, CUDA 12.5 on), so nothing links libcuda.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime_api.h>
