@@ -2,8 +2,10 @@
 // and visit lists as the mma.sync kernels (flash_attention_forward.cu, flash_attention_backward.cu);
 // what changes is where the operands come from. wgmma reads its shared-memory operands through
 // descriptors, so the per-warp ldmatrix traffic that bounds the mma.sync backward (docs/perf_notes/
-// flash_attention.md, v2) is gone. Tiles are 128B-swizzled rows of 64 bf16 (kernels/wgmma.cuh),
-// loaded with cp.async; each warpgroup owns 64 rows of every product.
+// flash_attention.md, v2) is gone. Tiles are 128B-swizzled rows of 64 bf16 (kernels/wgmma.cuh);
+// the tiles of each step come by TMA into mbarrier-counted buffers (kernels/tma.cuh), those loaded
+// once per CTA, and every tile where the driver cannot map the tensor, by cp.async. Each warpgroup
+// owns 64 rows of every product.
 //  forward: CTA = kWG warpgroups x 64 query rows; S = Q K^T with both operands in smem, P stays in
 //           registers as the A operand of O += P V (V read MN-major).
 //  backward main: CTA = kWG warpgroups x 64 keys; per 64-query step S^T = K Q^T and dP^T = V dO^T
