@@ -85,6 +85,19 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float* acc, int
   a[3] = pack_bf16(c[6], c[7]);
 }
 
+// d += (kSteps k16-steps of the accumulator `src`, packed into the A fragments `a`) x (the MN-major
+// tile at b), issued as one wgmma group. `a` belongs to the caller: the wgmma reads it after this
+// returns, and the backward stores dS^T from it.
+template <int kSteps>
+__device__ __forceinline__ void mma_from_acc(float (&d)[32], uint32_t (&a)[kSteps][4], const float* src, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) acc_to_a(a[kk], src, kk);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) wgmma::mma_rs<64, 1>(d, a[kk], wgmma::desc_mn(b, kk), 1);
+  wgmma::commit();
+}
+
 // The wgmma backward's fp32 dQ accumulator is tiled by 64-query blocks of 64 x 64 floats, in the
 // order the accumulator registers of a warpgroup hold them: thread t's registers 4j..4j+3 (rows
 // 16(t/32) + (t%32)/4 and +8, columns 8j + 2(t%4) and +1) are the 4 floats at this offset, so
@@ -254,12 +267,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
 
     uint32_t pa[8][4];
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) acc_to_a(pa[kk], s, kk);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) wgmma::mma_rs<64, 1>(acc, pa[kk], wgmma::desc_mn(sVb, kk), 1);
-    wgmma::commit();
+    mma_from_acc(acc, pa, s, sVb);
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
   }
@@ -474,20 +482,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     else
       gradient_of_logits(std::false_type{});
     uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) acc_to_a(pa[kk], st, kk);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<64, 1>(dv, pa[kk], wgmma::desc_mn(sdOb, kk), 1);
-    wgmma::commit();
+    mma_from_acc(dv, pa, st, sdOb);
 
     uint32_t da[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) acc_to_a(da[kk], dpt, kk);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma::mma_rs<64, 1>(dk, da[kk], wgmma::desc_mn(sQb, kk), 1);
-    wgmma::commit();
+    mma_from_acc(dk, da, dpt, sQb);
 
     if constexpr (kAtomicDQ) {
       // dS^T (keys x queries) to smem, then dQ[:, kDQCols wg ..] = dS K over all kBN keys: dS^T read
