@@ -29,6 +29,10 @@ struct FlashAttentionForwardParams {
   const float* scale_h;  // (Hq,) per-query-head scale on the device, or null
   int window;            // w >= 0: the w most recent positions including self; 0 = unlimited
   int sinks;             // positions 0..sinks-1 stay visible to every later query
+  // Launch order of the query-parallel kernels (forward, deterministic dQ): the CTAs of this many
+  // query heads interleave, longest query blocks first, so the last wave holds only short CTAs;
+  // 0 = as many heads as whose K and V fill half the L2 cache.
+  int head_group;
 };
 
 struct FlashAttentionBackwardParams {

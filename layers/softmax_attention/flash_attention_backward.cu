@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
           const float dot = st[j][2 * half + e];
           float pv = fast_exp2(fmaf(dot, sl2, nl));
           const int key = c_lo + key_row + gr + 8 * half;
-          if (!full && (key >= f.Tk || !visible(pos, key, f.window, f.sinks))) pv = 0.f;
+          if (!full && !visible(pos, key, f.Tk, f.window, f.sinks)) pv = 0.f;
           const float ds = pv * (dpt[j][2 * half + e] - di);
           if constexpr (kDscale) dscale_acc = fmaf(ds, dot, dscale_acc);
           st[j][2 * half + e] = pv;
@@ -284,11 +284,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
                                                     tid);
 }
 
-// Di = rowsum(dO ∘ O) - dlse, one warp per (b, t, h) row; also clears dscale_h for the main kernel.
-__global__ void flash_backward_preprocess_kernel(const FlashAttentionBackwardParams p, float* __restrict__ di) {
+// Di = rowsum(dO ∘ O) - dlse, one warp per (b, t, h) row; also clears dscale_h and the n4 float4
+// of the dQ accumulator for the main kernel (here rather than by a memset: one launch less).
+__global__ void flash_backward_preprocess_kernel(const FlashAttentionBackwardParams p, float* __restrict__ di,
+                                                 float4* __restrict__ dq_acc, int64_t n4) {
   const FlashAttentionForwardParams& f = p.fwd;
   if (p.dscale_h && blockIdx.x == 0)
     for (int i = threadIdx.x; i < f.Hq; i += blockDim.x) p.dscale_h[i] = 0.f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x)
+    dq_acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   const int lane = threadIdx.x % 32;
   const int64_t rows = int64_t(f.B) * f.Tq * f.Hq, warps = int64_t(gridDim.x) * blockDim.x / 32;
   for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
@@ -455,7 +459,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int col = c_lo + nj * 8 + 2 * tq + e;
           const float dot = st[nj][2 * half + e];
           float pv = fast_exp2(fmaf(dot, sl2, nl[half]));
-          if (!full && (col >= f.Tk || !visible(pos, col, f.window, f.sinks))) pv = 0.f;
+          if (!full && !visible(pos, col, f.Tk, f.window, f.sinks)) pv = 0.f;
           const float ds = pv * (dp[nj][2 * half + e] - di[half]);
           if constexpr (kDscale) dscale_acc = fmaf(ds, dot, dscale_acc);
           st[nj][2 * half + e] = ds * scale;
@@ -576,8 +580,10 @@ cudaError_t launch_backward_dq(const FlashAttentionBackwardParams& p, float* di,
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Dq::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int num_m = (p.fwd.Tq + Dq::kBlockM - 1) / Dq::kBlockM;
-  kernel<<<dim3(num_m, p.fwd.Hq, p.fwd.B), Dq::kThreads, Dq::kSmemBytes, stream>>>(
-      BackwardArgs{p, nullptr, di, 0}, dscale_part);
+  FlashAttentionBackwardParams q = p;
+  q.fwd = query_block_order(p.fwd);
+  kernel<<<num_m * p.fwd.Hq * p.fwd.B, Dq::kThreads, Dq::kSmemBytes, stream>>>(BackwardArgs{q, nullptr, di, 0},
+                                                                             dscale_part);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   if (p.dscale_h) {
     flash_backward_dscale_reduce_kernel<<<p.fwd.Hq, 256, 0, stream>>>(p.dscale_h, dscale_part, p.fwd.Hq,
@@ -599,10 +605,10 @@ cudaError_t run_backward(const FlashAttentionBackwardParams& p, void* workspace,
   float *dq_acc = ws + w.dq_acc, *di = ws + w.di;
   const bool sm90 = kSm90Main && sm90_backward_applies(p);
   cudaError_t err = cudaSuccess;
-  if (!p.deterministic && (err = cudaMemsetAsync(dq_acc, 0, w.di * sizeof(float), stream))) return err;
   if (rows > 0) {
     const int grid = int(std::min<int64_t>((rows + 7) / 8, 65536));
-    flash_backward_preprocess_kernel<<<grid, 256, 0, stream>>>(p, di);
+    const int64_t acc4 = p.deterministic ? 0 : w.di / 4;  // w.di: a multiple of 64 floats
+    flash_backward_preprocess_kernel<<<grid, 256, 0, stream>>>(p, di, reinterpret_cast<float4*>(dq_acc), acc4);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   err = sm90 ? kSm90Main(p, dq_acc, di, stream) : launch_backward_main<Cfg>(p, dq_acc, di, stream);

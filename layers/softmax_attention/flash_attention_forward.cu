@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int col = c_lo + nj * 8 + 2 * tq + e;
-              if (col >= p.Tk || !visible(pos, col, p.window, p.sinks)) s[mi][nj][2 * half + e] = -INFINITY;
+              if (!visible(pos, col, p.Tk, p.window, p.sinks)) s[mi][nj][2 * half + e] = -INFINITY;
             }
         }
     }
@@ -229,8 +229,8 @@ cudaError_t launch_forward(const FlashAttentionForwardParams& p, cudaStream_t st
   const auto kernel = flash_forward_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.Tq + Cfg::kBlockM - 1) / Cfg::kBlockM, p.Hq, p.B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  const int grid = (p.Tq + Cfg::kBlockM - 1) / Cfg::kBlockM * p.Hq * p.B;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(query_block_order(p));
   return cudaGetLastError();
 }
 

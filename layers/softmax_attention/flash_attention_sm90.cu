@@ -207,11 +207,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int c_lo = n * kBN;
     const bool full = c_lo + kBN <= p.Tk && c_lo + kBN - 1 <= visits.p_lo &&
                       (p.window == 0 || visits.p_hi - c_lo < p.window || c_lo + kBN <= p.sinks);
-    if (!full) {
+    if (!full && p.window == 0 && c_lo + kBN <= p.Tk) {
+      // Causality alone: col <= pos is a per-element constant against one per-thread limit.
+      const int lim = pos0 - c_lo - 2 * tq;
+#pragma unroll
+      for (int i = 0; i < 64; ++i)
+        if (8 * (i / 4) + i % 2 - 8 * ((i % 4) / 2) > lim) s[i] = -INFINITY;
+    } else if (!full) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int pos = pos0 + 8 * ((i % 4) / 2), col = c_lo + 8 * (i / 4) + 2 * tq + i % 2;
-        if (col >= p.Tk || !visible(pos, col, p.window, p.sinks)) s[i] = -INFINITY;
+        if (!visible(pos, col, p.Tk, p.window, p.sinks)) s[i] = -INFINITY;
       }
     }
 
@@ -434,9 +440,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // Keys >= Tk are masked too: their zero K gives P = exp(-lse), which need not be finite.
     const bool full = c_lo + kBN <= f.Tk && c_hi <= pr_lo &&
                       (f.window == 0 || pr_hi - c_lo < f.window || c_hi < f.sinks);
-    // Two instantiations: inside the uniform branch the compiler keeps the mask out of full tiles,
-    // where if-converted it had cost a third of the kernel's instructions (ISETP/LOP3, ncu).
-    auto probabilities = [&](auto masked) {
+    // One instantiation per mask: none (full tiles; if-converted into every tile the mask had cost
+    // a third of the kernel's instructions, ncu), causality alone inside Tk (key <= pos is a
+    // per-element constant against one per-thread limit), and the general rule.
+    enum { kNoMask, kCausal, kGeneral };
+    auto probabilities = [&](auto mask) {
+      [[maybe_unused]] const int causal_lim = row0 + off + 2 * tq - key0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float2 nl2 = kDscale ? nlse_at(j) : nlse[j];
@@ -447,9 +456,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           for (int half = 0; half < 2; ++half) {
             const int i = 4 * j + 2 * half + e;
             float pv = fast_exp2(fmaf(st[i], sl2, nl));
-            if constexpr (decltype(masked)::value) {
+            if constexpr (decltype(mask)::value == kCausal) {
+              if (8 * half - 8 * j - e > causal_lim) pv = 0.f;
+            } else if constexpr (decltype(mask)::value == kGeneral) {
               const int pos = row0 + j * 8 + 2 * tq + e + off, key = key0 + 8 * half;
-              if (key >= f.Tk || !visible(pos, key, f.window, f.sinks)) pv = 0.f;
+              if (!visible(pos, key, f.Tk, f.window, f.sinks)) pv = 0.f;
             }
             if constexpr (kDscale) dscale_acc = fmaf(pv * (dpt[i] - di_b[j * 8 + 2 * tq + e]), st[i], dscale_acc);
             st[i] = pv;
@@ -458,9 +469,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     };
     if (full)
-      probabilities(std::false_type{});
+      probabilities(std::integral_constant<int, kNoMask>{});
+    else if (f.window == 0 && c_lo + kBN <= f.Tk)
+      probabilities(std::integral_constant<int, kCausal>{});
     else
-      probabilities(std::true_type{});
+      probabilities(std::integral_constant<int, kGeneral>{});
     // dS^T = P^T ∘ (dP^T - Di), times the scale: a scale shared by every head is applied once at the
     // end instead (to dK below, to dQ in flash_dq_convert_sm90), a per-head one here.
     auto gradient_of_logits = [&](auto per_head) {
@@ -634,14 +647,14 @@ cudaError_t launch_forward_sm90_as(const Sm90ForwardArgs& args, cudaStream_t str
   const auto kernel = flash_forward_sm90_kernel<Cfg, kTma>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.Tq + Cfg::kBM - 1) / Cfg::kBM, p.Hq, p.B);
+  const int grid = (p.Tq + Cfg::kBM - 1) / Cfg::kBM * p.Hq * p.B;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
   return cudaGetLastError();
 }
 
 template <class Cfg>
 cudaError_t launch_forward_sm90(const FlashAttentionForwardParams& p, cudaStream_t stream) {
-  Sm90ForwardArgs args{p, {}, {}};
+  Sm90ForwardArgs args{query_block_order(p), {}, {}};
   const bool tma = map_rows64(&args.k_map, p.k, p.k_stride, p.Tk, p.Hkv, p.B, Cfg::kBN) &&
                    map_rows64(&args.v_map, p.v, p.v_stride, p.Tk, p.Hkv, p.B, Cfg::kBN);
   return tma ? launch_forward_sm90_as<Cfg, true>(args, stream) : launch_forward_sm90_as<Cfg, false>(args, stream);
