@@ -571,51 +571,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
 }
 
-// dq = bf16(scale x tiled accumulator). The main kernel leaves a scale shared by all heads out of
-// dS; a per-head scale is already in. One thread per (tile, row quad q, column pair jp): the four
-// float4 of quad q's threads for column chunks 2 jp and 2 jp + 1 (sm90_dq_offset; a warp reads two
-// contiguous 2 KB runs) hold rows r and r + 8 at columns 16 jp .. 16 jp + 15, written as 32-byte
-// row pieces when dq's rows are 16-byte aligned (4-byte pairs otherwise). A thread per float4,
-// writing 4-byte pairs, had run at ~60% of the copy rate (66 to 79 us at B T = 32k, H = 16, ncu).
-template <bool kVec16>
+// dq = bf16(scale x tiled accumulator): one thread per float4 of it (two bf16 pairs of dq). The
+// main kernel leaves a scale shared by all heads out of dS; a per-head scale is already in.
 __global__ void flash_dq_convert_sm90_kernel(const FlashAttentionBackwardParams p, const float* __restrict__ acc) {
   const FlashAttentionForwardParams& f = p.fwd;
   const float s = f.scale_h ? 1.f : f.scale;
   const int num_mt = (f.Tq + 63) / 64;
-  const int64_t n = int64_t(f.B) * f.Hq * num_mt * 128;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t tile = i / 128;
-    const int w = int(i % 128), jp = w / 32, q = w % 32;
+  const int64_t n4 = int64_t(f.B) * f.Hq * num_mt * 1024;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t tile = i / 1024;
+    const int within = int(i % 1024), j = within / 128, t = within % 128;
     const int mt = int(tile % num_mt), h = int((tile / num_mt) % f.Hq), b = int(tile / (int64_t(num_mt) * f.Hq));
-    const float4* src = reinterpret_cast<const float4*>(acc) + tile * 1024;
-    float4 v[2][4];
-#pragma unroll
-    for (int jj = 0; jj < 2; ++jj)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[jj][k] = src[sm90_dq_offset(2 * jp + jj, 4 * q + k) / 4];
-    uint32_t lo[8], hi[8];  // rows r and r + 8, columns 16 jp + 2 e, + 1
-#pragma unroll
-    for (int jj = 0; jj < 2; ++jj)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        lo[4 * jj + k] = pack_bf16(v[jj][k].x * s, v[jj][k].y * s);
-        hi[4 * jj + k] = pack_bf16(v[jj][k].z * s, v[jj][k].w * s);
-      }
-    const int row = mt * 64 + 16 * (q / 8) + q % 8;
-    bf16* dst = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + h * p.dq_stride.h + 16 * jp;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      if (row + 8 * half >= f.Tq) continue;
-      const uint32_t* x = half ? hi : lo;
-      uint32_t* d = reinterpret_cast<uint32_t*>(dst + int64_t(row + 8 * half) * p.dq_stride.t);
-      if constexpr (kVec16) {
-        reinterpret_cast<uint4*>(d)[0] = make_uint4(x[0], x[1], x[2], x[3]);
-        reinterpret_cast<uint4*>(d)[1] = make_uint4(x[4], x[5], x[6], x[7]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) d[e] = x[e];
-      }
-    }
+    const int row = mt * 64 + 16 * (t / 32) + (t % 32) / 4, col = 8 * j + 2 * (t % 4);
+    float4 v = reinterpret_cast<const float4*>(acc)[i];
+    v.x *= s, v.y *= s, v.z *= s, v.w *= s;
+    bf16* dst = static_cast<bf16*>(p.dq) + b * p.dq_stride.b + h * p.dq_stride.h + col;
+    if (row < f.Tq) *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(row) * p.dq_stride.t) = __floats2bfloat162_rn(v.x, v.y);
+    if (row + 8 < f.Tq)
+      *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(row + 8) * p.dq_stride.t) = __floats2bfloat162_rn(v.z, v.w);
   }
 }
 
@@ -739,12 +712,7 @@ size_t sm90_dq_acc_floats(const FlashAttentionBackwardParams& p) {
 cudaError_t flash_dq_convert_sm90(const FlashAttentionBackwardParams& p, const float* dq_acc, cudaStream_t stream) {
   const int64_t n4 = int64_t(sm90_dq_acc_floats(p) / 4);
   if (n4 == 0) return cudaSuccess;
-  const int64_t threads = n4 / 8;  // a thread per 8 float4
-  const int grid = int(std::min<int64_t>((threads + 255) / 256, 65536));
-  if (rows_aligned(p.dq, p.dq_stride, 16))
-    flash_dq_convert_sm90_kernel<true><<<grid, 256, 0, stream>>>(p, dq_acc);
-  else
-    flash_dq_convert_sm90_kernel<false><<<grid, 256, 0, stream>>>(p, dq_acc);
+  flash_dq_convert_sm90_kernel<<<int(std::min<int64_t>((n4 + 255) / 256, 65536)), 256, 0, stream>>>(p, dq_acc);
   return cudaGetLastError();
 }
 
