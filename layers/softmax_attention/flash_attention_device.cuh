@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "layers/softmax_attention/flash_attention.cuh"
@@ -258,17 +259,30 @@ __device__ __forceinline__ void store_tile(const bf16* smem, bf16* head, int64_t
   }
 }
 
+// Host side: a device attribute of the current device, asked once per device; -1 where it cannot
+// be read. (These kernels stay free of the core library, whose cuda_device_props holds the same,
+// so that tools/flash_attention_dev.cu builds on its own.)
+template <cudaDeviceAttr kAttr>
+int current_device_attribute() {
+  static std::atomic<long long> cache[64] = {};  // 0: not asked yet, else the value + 1, or -1
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return -1;
+  long long c = cache[dev].load(std::memory_order_relaxed);
+  if (c == 0) {
+    int v = 0;
+    c = cudaDeviceGetAttribute(&v, kAttr, dev) == cudaSuccess ? v + 1LL : -1;
+    cache[dev].store(c, std::memory_order_relaxed);
+  }
+  return c > 0 ? int(c - 1) : -1;
+}
+
 // Host side: heads per launch group (FlashAttentionForwardParams::head_group) where `requested` is
 // 0: as many as fit half the L2 cache at `bytes_per_head` each (the tensors the group's CTAs read
 // again and again), at least 1, at most `heads`.
 inline int launch_head_group(int requested, int heads, double bytes_per_head) {
   if (requested > 0) return std::min(requested, std::max(heads, 1));
-  static int l2_bytes[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 1;
-  if (l2_bytes[dev] == 0 && cudaDeviceGetAttribute(&l2_bytes[dev], cudaDevAttrL2CacheSize, dev) != cudaSuccess)
-    l2_bytes[dev] = -1;
-  const double fit = l2_bytes[dev] > 0 ? 0.5 * l2_bytes[dev] / std::max(bytes_per_head, 1.0) : 1.0;
+  const int l2_bytes = current_device_attribute<cudaDevAttrL2CacheSize>();
+  const double fit = l2_bytes > 0 ? 0.5 * l2_bytes / std::max(bytes_per_head, 1.0) : 1.0;
   return int(std::clamp<double>(fit, 1.0, std::max(heads, 1)));
 }
 

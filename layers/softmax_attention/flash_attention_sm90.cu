@@ -592,19 +592,10 @@ __global__ void flash_dq_convert_sm90_kernel(const FlashAttentionBackwardParams 
   }
 }
 
-// Compute capability 9.0 on the current device, asked once per device.
+// Compute capability 9.0 on the current device.
 bool device_is_sm90() {
-  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (dev < 0 || dev >= 64) return false;
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
-  }
-  return cached[dev] == 1;
+  return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
+         current_device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
 }
 
 bool rows64(const void* base, const FlashStrides& s, int d) { return d == 64 && rows_aligned(base, s, 16); }
