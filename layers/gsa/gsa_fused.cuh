@@ -26,12 +26,23 @@ using chunk_mma::pack_bf16;
 using chunk_mma::visit_tiles;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kMT = 64;              // slot tile: M <= 64, padded slots masked to -inf before the softmax
-constexpr int kLdM = kMT + 8;        // row stride of the bf16 slot tiles
+// The slot tile MT (32 or 64) is a template argument of every kernel: M slots run in the smallest tile that
+// holds them (visit_slots), padded slots masked to -inf before the softmax, so nha's M = 32 does half the
+// slot work and takes less shared memory than a 64-slot tile would.
+constexpr int kMaxMT = 64;
+template <int MT>
+constexpr int ld_m = MT + 8;         // row stride of the bf16 slot tiles
+template <int MT>
+constexpr int ld_f = MT + 4;         // row stride of the fp32 gate and write-weight tiles
 constexpr int kLdA = kC + 8;         // row stride of the 64 x 64 bf16 score tile
-constexpr int kLdF = kMT + 4;        // row stride of the fp32 gate and write-weight tiles
 constexpr int kSwRows = 16 * 6;      // the fallback's per-warp key-side tiles: 16 w rows for warp w
 constexpr float kRefRange = 60.f;    // gsa.md 4.1 rule 3
+
+template <class F>
+void visit_slots(int64_t M, F&& f) {
+  if (M <= 32) return f(std::integral_constant<int, 32>{});
+  return f(std::integral_constant<int, 64>{});
+}
 
 // shift: the slot stream (k, v, s, g in, dk, dv, ds, dg out) is the token stream moved down by shift rows
 // (nha's token shift): position u holds token u - shift, and positions u < shift read k = v = 0, s = 0
@@ -48,35 +59,35 @@ struct Dims {
 constexpr int kLoadBatch = 8;
 
 // Rows t0 .. t0 + 63 of one kv head of g and s (B, T, Hkv, M) f32 (g, s: the head's row 0) into fp32
-// [64][kLdF] tiles, zeros (not read) for rows outside [0, T) and past the M slots; t0 may be negative
+// [64][ld_f<MT>] tiles, zeros (not read) for rows outside [0, T) and past the M slots; t0 may be negative
 // (the shifted stream: t0 and T less the shift). Then sB holds b, the inclusive cumsum of g over the
-// chunk's n = min(64, T - t0) rows (padded rows repeat the last valid one), and, for m < kMT: sLo[m],
+// chunk's n = min(64, T - t0) rows (padded rows repeat the last valid one), and, for m < MT: sLo[m],
 // sHi[m] the least and largest of 0 and b over those rows (both optional). NTHREADS threads take part;
 // ends with a barrier.
-template <int NTHREADS = kThreads>
+template <int MT, int NTHREADS = kThreads>
 __device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
                                            float* sB, float* sS, float* sLo, float* sHi) {
-  constexpr int kIters = kC * kMT / NTHREADS;
+  constexpr int kIters = kC * MT / NTHREADS, kLdF = ld_f<MT>;
   static_assert(kIters % kLoadBatch == 0, "whole batches");
   const int n = min(kC, T - t0);
   for (int i0 = 0; i0 < kIters; i0 += kLoadBatch) {
     float gv[kLoadBatch], sv[kLoadBatch];
 #pragma unroll
     for (int u = 0; u < kLoadBatch; ++u) {
-      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / kMT, m = x % kMT;
+      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / MT, m = x % MT;
       const bool in = t0 + r >= 0 && r < n && m < M;
       gv[u] = in ? g[int64_t(t0 + r) * row_stride + m] : 0.f;
       sv[u] = in ? s[int64_t(t0 + r) * row_stride + m] : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kLoadBatch; ++u) {
-      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / kMT, m = x % kMT;
+      const int x = (i0 + u) * NTHREADS + threadIdx.x, r = x / MT, m = x % MT;
       sB[r * kLdF + m] = gv[u];
       sS[r * kLdF + m] = sv[u];
     }
   }
   __syncthreads();
-  if (threadIdx.x < kMT) {
+  if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     float acc = 0.f, lo = 0.f, hi = 0.f;
 #pragma unroll 8
@@ -179,9 +190,10 @@ __device__ __forceinline__ void store_slots(bf16x* s, int ld, const float (&acc)
     }
 }
 
-template <int NT>
+template <int MT, int NT>
 __device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], int m0, int lane, const float* sB, const float* ref,
                                            float f) {
+  constexpr int kLdF = ld_f<MT>;
 #pragma unroll
   for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -218,8 +230,8 @@ struct ForwardArgs {
 };
 // F2 over every (chunk, query head); a.window > 0 takes the windowed instantiation.
 void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream);
-// Shared memory of F1 and of F2 without or with the window at these head dims.
-size_t forward_smem_bytes(int64_t K, int64_t V, bool window);
+// Shared memory of F1 and of F2 without or with the window at these head dims and slot count.
+size_t forward_smem_bytes(int64_t K, int64_t V, int64_t M, bool window);
 
 // The chunk scan over bf16 states (B Hkv, NC + 1, rows, cols) with slot-wise factors decay, in fp32
 // registers: forward, slot 0 = init, slot c + 1 += decay_c slot c; reverse, slot NC = init, slot c +=
@@ -229,7 +241,7 @@ size_t forward_smem_bytes(int64_t K, int64_t V, bool window);
 void state_scan(const Tensor& states, const Tensor& decay, const Dims& d, bool slot_rows, bool reverse,
                 const Tensor& init, const Tensor& last, cudaStream_t stream);
 
-// Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims.
-size_t backward_smem_bytes(int64_t K, int64_t V);
+// Shared memory of the backward kernel (gsa_fused_backward.cu) at these head dims and slot count.
+size_t backward_smem_bytes(int64_t K, int64_t V, int64_t M);
 
 }  // namespace hyb::gsa_fused

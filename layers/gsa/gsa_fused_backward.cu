@@ -45,20 +45,21 @@ using chunk_mma::warp_mma;
 using chunk_mma::zero;
 
 // B1 and B3 run 8 warps: warp w owns the chunk rows 16 (w % 4) .. + 15 and the column half w / 4 of every
-// product (32 of the 64 slots or score columns, KT / 2 or VT / 2 of the head dims). The tiles take ~170 KB,
-// so one CTA fills an SM; 8 warps instead of 4 hide twice the latency of its loads and products. The two
-// warps of a row block exchange their halves of the slot softmax's row sums through shared memory.
-constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps, kHalf = kMT / 2;
-static_assert(kHalf == kC / 2, "a column half of the slots and of the score columns has one width");
+// product (MT / 2 of the slots, 32 of the 64 score columns, KT / 2 or VT / 2 of the head dims). The tiles
+// take ~170 KB at MT = 64 (~127 KB at 32), so one CTA fills an SM; 8 warps instead of 4 hide twice the
+// latency of its loads and products. The two warps of a row block exchange their halves of the slot
+// softmax's row sums through shared memory.
+constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps, kHalfC = kC / 2;
 
 __device__ __forceinline__ float bf(bf16x x) { return __bfloat162float(x); }
 __device__ __forceinline__ float rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // Fallback forms, fp32, over the warp's fragment (rows m0 .. m0 + 15, columns n0 .. n0 + 8 NT).
 // acc[i][m] += sum_{j <= i} A[i][j] exp(b_i[m] - b_j[m]) S[j][m]
-template <int NT>
+template <int MT, int NT>
 __device__ __forceinline__ void ew_rows(float (&acc)[1][NT][4], const bf16x* A, const float* sB, const float* sS,
                                         int m0, int n0, int lane) {
+  constexpr int kLdF = ld_f<MT>;
 #pragma unroll
   for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -72,9 +73,10 @@ __device__ __forceinline__ void ew_rows(float (&acc)[1][NT][4], const bf16x* A, 
 }
 
 // acc[i][j] = sum_m X[i][m] exp(b_i[m] - b_j[m]) S[j][m] for j <= i, else 0
-template <int NT>
+template <int MT, int NT>
 __device__ __forceinline__ void ew_cols(float (&acc)[1][NT][4], const bf16x* X, const float* sB, const float* sS,
                                         int m0, int n0, int lane) {
+  constexpr int kLdM = ld_m<MT>, kLdF = ld_f<MT>;
 #pragma unroll
   for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -82,16 +84,17 @@ __device__ __forceinline__ void ew_cols(float (&acc)[1][NT][4], const bf16x* X, 
       const int r = m0 + frag_row(lane, e), j = n0 + ni * 8 + frag_col(lane, e);
       float x = 0.f;
       if (j <= r)
-        for (int m = 0; m < kMT; ++m)
+        for (int m = 0; m < MT; ++m)
           x += bf(X[r * kLdM + m]) * __expf(sB[r * kLdF + m] - sB[j * kLdF + m]) * sS[j * kLdF + m];
       acc[0][ni][e] = x;
     }
 }
 
 // acc[j][m] += sum_{i >= j} (A[i][j] X[i][m] + A2[i][j] X2[i][m]) exp(b_i[m] - b_j[m]), rows j of the warp
-template <int NT>
+template <int MT, int NT>
 __device__ __forceinline__ void ew_trows(float (&acc)[1][NT][4], const bf16x* A, const bf16x* X, const bf16x* A2,
                                          const bf16x* X2, const float* sB, int m0, int n0, int lane) {
+  constexpr int kLdM = ld_m<MT>, kLdF = ld_f<MT>;
 #pragma unroll
   for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
@@ -118,32 +121,38 @@ struct BackwardArgs {
 };
 
 // bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them.
-template <int KT, int VT>
+template <int KT, int VT, int MT>
 constexpr int backward_tile_elems() {
-  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdM + 4 * kC * kLdA + 2 * kC * kLdM;
+  constexpr int kLdM = ld_m<MT>;
+  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + MT * (VT + 8) + kC * kLdM + 4 * kC * kLdA + 2 * kC * kLdM;
 }
 
+// Threads a slot in the tail of dG: parts of its Hk sum, lanes of its Hv row.
+template <int MT>
+constexpr int kTailParts = kBwdThreads / MT;
+
 // Bytes of the backward's tiles and fp32 part (16-byte multiples).
-template <int KT, int VT>
+template <int KT, int VT, int MT>
 constexpr size_t backward_smem_fixed() {
-  const size_t tiles = size_t(backward_tile_elems<KT, VT>()) * 2;
-  return tiles + size_t(2 * kC * kLdF + 7 * kMT + kC + 2 * kC + kBwdThreads * kHalf / 2) * sizeof(float);
+  const size_t tiles = size_t(backward_tile_elems<KT, VT, MT>()) * 2;
+  return tiles + size_t(2 * kC * ld_f<MT> + (kTailParts<MT> + 3) * MT + kC + 2 * kC + kBwdThreads * MT / 4) *
+                     sizeof(float);
 }
 
 // The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
 // takes the fast path.
-template <int KT, int VT>
+template <int KT, int VT, int MT>
 __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
-  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT>());
-  float* sS = sB + kC * kLdF;
-  float* sRef = sS + kC * kLdF;
-  float* sSc = sRef + kMT;
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());
+  float* sS = sB + kC * ld_f<MT>;
+  float* sRef = sS + kC * ld_f<MT>;
+  float* sSc = sRef + MT;
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC;
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
-  load_gates<kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB,
+  load_gates<MT, kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB,
                           sS, sRef, sSc);
   float range = 0.f;
-  for (int m = 0; m < kMT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
+  for (int m = 0; m < MT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
   return range <= kRefRange;  // false for NaN gates too
 }
 
@@ -162,24 +171,25 @@ __device__ __forceinline__ void load_head_async(const BackwardArgs& a, const Dim
   flash::cp_async_commit();
 }
 
-template <int KT>
-using HkRegs = StateRegs<KT, kMT, kBwdThreads>;
-template <int VT>
-using HvRegs = StateRegs<kMT, VT, kBwdThreads>;
+template <int KT, int MT>
+using HkRegs = StateRegs<KT, MT, kBwdThreads>;
+template <int MT, int VT>
+using HvRegs = StateRegs<MT, VT, kBwdThreads>;
 
 // hk, hv: the chunk-start memories, fetched (gsa_backward_kernel); k, v and the first head's q, dO are
 // in flight to their tiles.
-template <int KT, int VT, bool kLocal, bool kFast>
+template <int KT, int VT, int MT, bool kLocal, bool kFast>
 __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem,
-                                               const HkRegs<KT>& hk, const HvRegs<VT>& hv) {
+                                               const HkRegs<KT, MT>& hk, const HvRegs<MT, VT>& hv) {
   constexpr bool fast = kFast;
+  constexpr int kLdM = ld_m<MT>, kLdF = ld_f<MT>, kHalf = MT / 2, kParts = kTailParts<MT>;
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
   bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
   bf16x* sDO = sV + kC * (VT + 8);              // [64][VT + 8]
   bf16x* sHk = sDO + kC * (VT + 8);             // [KT][kLdM]   HkS .*c exp(ref), at the end dHkE
-  bf16x* sHv = sHk + KT * kLdM;                 // [kMT][VT + 8] exp(ref) .*r HvS, at the end dHvE
-  bf16x* sSp = sHv + kMT * (VT + 8);            // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
+  bf16x* sHv = sHk + KT * kLdM;                 // [MT][VT + 8] exp(ref) .*r HvS, at the end dHvE
+  bf16x* sSp = sHv + MT * (VT + 8);            // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
   bf16x* sA1 = sSp + kC * kLdM;                 // [64][kLdA] x 4: A1, dA2, A2, dA1
   bf16x* sdA2 = sA1 + kC * kLdA;
   bf16x* sA2 = sdA2 + kC * kLdA;
@@ -188,22 +198,22 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   bf16x* sdZe = sPe + kC * kLdM;                // [64][kLdM] dZe
   bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
   bf16x* sdZ = sPe;
-  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT>());  // [64][kLdF] b
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());  // [64][kLdF] b
   float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
-  float* sRef = sS + kC * kLdF;                           // [kMT]
-  float* sSc = sRef + kMT;                                // [kMT] exp(ref)
-  float* sL = sSc + kMT;                                  // [64] lse of the head's rows
-  float* sTail = sL + kC;                                 // [5][kMT] parts of the tail of dG
-  float* sPart = sTail + 5 * kMT;                         // [2][64] each column half's row sums of P .* dP
+  float* sRef = sS + kC * kLdF;                           // [MT]
+  float* sSc = sRef + MT;                                // [MT] exp(ref)
+  float* sL = sSc + MT;                                  // [64] lse of the head's rows
+  float* sTail = sL + kC;                                 // [kParts + 1][MT] parts of the tail of dG
+  float* sPart = sTail + (kParts + 1) * MT;                         // [2][64] each column half's row sums of P .* dP
   float4* sDB = reinterpret_cast<float4*>(sPart + 2 * kC);  // [kBwdWarps][kHalf / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
-  // The warp's first column: of the slots and the score columns, of K, of V.
-  const int n0 = half * kHalf, nk = half * KT / 2, nv = half * VT / 2;
+  // The warp's first column: of the slots, of the score columns, of K, of V.
+  const int n0 = half * kHalf, ns = half * kHalfC, nk = half * KT / 2, nv = half * VT / 2;
   // The slot stream's first token and token count, and the chunk's first row that holds a token.
   const int ts = t0 - d.shift, lo = max(0, -ts);
   __syncthreads();  // every thread has read the range
-  if (threadIdx.x < kMT) {
+  if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sSc[m]) : 0.f;
     sRef[m] = ref;
@@ -214,8 +224,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   hk.store(sHk, kLdM, nullptr, sSc);
   hv.store(sHv, VT + 8, sSc, nullptr);
   if constexpr (fast)
-    for (int x = threadIdx.x; x < kC * kMT / 2; x += kBwdThreads) {
-      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+    for (int x = threadIdx.x; x < kC * MT / 2; x += kBwdThreads) {
+      const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
@@ -223,15 +233,18 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     }
   auto ei = [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); };
   auto one = [](int, int) { return 1.f; };
-  // Score columns n0 .. n0 + 31 of the rows m0 .. m0 + 15 are all above the diagonal: their causal products
+  // Score columns ns .. ns + 31 of the rows m0 .. m0 + 15 are all above the diagonal: their causal products
   // are zero and skipped.
-  const bool live = n0 <= m0 + 15;
+  const bool live = ns <= m0 + 15;
 
   constexpr int UT = KT / 64;  // 16-row tiles of Uk per warp
   float dVa[1][VT / 16][4], dKa[1][KT / 16][4], dSa[1][kHalf / 8][4];  // group sums, the warp's fragment
   float4* myDB = sDB + warp * (kHalf / 8) * 32 + lane;  // dB of the warp's fragment, lives in shared memory
   // between heads to spare registers
-  float Uk[UT][kHalf / 8][4], Uv[1][VT / 16][4];
+  // Uv (MT x VT): warp w owns the slot rows mu .. mu + 15 and the kUvParts-th part of the columns from nu.
+  constexpr int kUvParts = kBwdWarps / (MT / 16);
+  const int mu = warp % (MT / 16) * 16, nu = warp / (MT / 16) * (VT / kUvParts);
+  float Uk[UT][kHalf / 8][4], Uv[1][VT / 8 / kUvParts][4];
   if constexpr (kLocal) {
     zero(Uk);
     zero(Uv);
@@ -251,13 +264,13 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     flash::cp_async_wait<0>();
     __syncthreads();
     {
-      float x[1][kHalf / 8][4];
+      float x[1][kHalfC / 8][4];
       zero(x);
-      if (live) warp_mma<1, kHalf / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, n0, lane);
-      store_tril(sA1, kLdA, x, a.scale, m0, n0, lane);
+      if (live) warp_mma<1, kHalfC / 8, KT, false, true>(x, sQ, KT + 8, m0, sK, KT + 8, ns, lane);
+      store_tril(sA1, kLdA, x, a.scale, m0, ns, lane);
       zero(x);
-      if (live) warp_mma<1, kHalf / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, n0, lane);
-      store_tril(sdA2, kLdA, x, 1.f, m0, n0, lane);
+      if (live) warp_mma<1, kHalfC / 8, VT, false, true>(x, sDO, VT + 8, m0, sV, VT + 8, ns, lane);
+      store_tril(sdA2, kLdA, x, 1.f, m0, ns, lane);
     }
     __syncthreads();  // both halves of the rows of A1 and dA2
     float z[1][kHalf / 8][4], dp[1][kHalf / 8][4];
@@ -284,8 +297,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         dp[0][ni][e] *= ex[ni][e];
       }
     if constexpr (!fast) {
-      ew_rows(z, sA1, sB, sS, m0, n0, lane);
-      ew_rows(dp, sdA2, sB, sS, m0, n0, lane);
+      ew_rows<MT>(z, sA1, sB, sS, m0, n0, lane);
+      ew_rows<MT>(dp, sdA2, sB, sS, m0, n0, lane);
     }
     // P = exp(Z - lse) (0 on padded slots), delta = rowsum(P .* dP), dZ = P .* (dP - delta); then z holds
     // dZ and dp holds P.
@@ -353,7 +366,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     }
     if constexpr (kLocal) {
       __syncthreads();
-      warp_mma<1, VT / 16, kC, true, false>(Uv, sPe, kLdM, m0, sDO, VT + 8, nv, lane);
+      warp_mma<1, VT / 8 / kUvParts, kC, true, false>(Uv, sPe, kLdM, mu, sDO, VT + 8, nu, lane);
       warp_mma<UT, kHalf / 8, kC, true, false>(Uk, sQ, KT + 8, (warp % 4) * 16 * UT, sdZe, kLdM, n0, lane);
       continue;
     } else {
@@ -363,27 +376,27 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       }
       __syncthreads();  // both slot halves of the rows of Pe and dZe (the fallback: P and dZ)
       {
-        float x[1][kHalf / 8][4];
+        float x[1][kHalfC / 8][4];
         if constexpr (fast) {
           zero(x);
-          if (live) warp_mma<1, kHalf / 8, kMT, false, true>(x, sdZe, kLdM, m0, sSp, kLdM, n0, lane);
+          if (live) warp_mma<1, kHalfC / 8, MT, false, true>(x, sdZe, kLdM, m0, sSp, kLdM, ns, lane);
         } else {
-          ew_cols(x, sdZ, sB, sS, m0, n0, lane);
+          ew_cols<MT>(x, sdZ, sB, sS, m0, ns, lane);
         }
-        store_tril(sdA1, kLdA, x, 1.f, m0, n0, lane);
+        store_tril(sdA1, kLdA, x, 1.f, m0, ns, lane);
         if constexpr (fast) {
           zero(x);
-          if (live) warp_mma<1, kHalf / 8, kMT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, n0, lane);
+          if (live) warp_mma<1, kHalfC / 8, MT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, ns, lane);
         } else {
-          ew_cols(x, sP, sB, sS, m0, n0, lane);
+          ew_cols<MT>(x, sP, sB, sS, m0, ns, lane);
         }
-        store_tril(sA2, kLdA, x, 1.f, m0, n0, lane);
+        store_tril(sA2, kLdA, x, 1.f, m0, ns, lane);
       }
       __syncthreads();  // every warp's part of the score tiles dA1 and A2
       {  // dQ = scale (dZe HkS'^T + dA1 Kc)
         float x[1][KT / 16][4];
         zero(x);
-        warp_mma<1, KT / 16, kMT, false, true>(x, sdZe, kLdM, m0, sHk, kLdM, nk, lane);
+        warp_mma<1, KT / 16, MT, false, true>(x, sdZe, kLdM, m0, sHk, kLdM, nk, lane);
         for (int k0 = 0; k0 <= m0; k0 += 16)
           warp_mma<1, KT / 16, 16, false, false>(x, sdA1 + k0, kLdA, m0, sK + k0 * (KT + 8), KT + 8, nk, lane);
         bf16x* dqb = a.dq + (int64_t(b) * d.T * d.Hq + h) * d.K;
@@ -405,7 +418,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
           warp_mma<1, kHalf / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, n0, lane);
         }
       }
-      if constexpr (!fast) ew_trows(dSa, sA1, sdZ, sdA2, sP, sB, m0, n0, lane);
+      if constexpr (!fast) ew_trows<MT>(dSa, sA1, sdZ, sdA2, sP, sB, m0, n0, lane);
     }
   }
 
@@ -424,21 +437,21 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
                        a.scale * Uk[mi][ni][2 * h + 1] * sSc[m + 1]);
         }
 #pragma unroll
-    for (int ni = 0; ni < VT / 16; ++ni)
+    for (int ni = 0; ni < VT / 8 / kUvParts; ++ni)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int m = m0 + frag_row(lane, 2 * h), col = nv + ni * 8 + frag_col(lane, 0);
+        const int m = mu + frag_row(lane, 2 * h), col = nu + ni * 8 + frag_col(lane, 0);
         if (m < d.M) store_pair(uv + int64_t(m) * d.V, col, d.V, Uv[0][ni][2 * h] * sSc[m], Uv[0][ni][2 * h + 1] * sSc[m]);
       }
   } else {
     __syncthreads();  // done with the memory tiles and Sp
     const bf16x* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
     const bf16x* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
-    load_state<KT, kMT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
-    load_state<kMT, VT, kBwdThreads>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
+    load_state<KT, MT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
+    load_state<MT, VT, kBwdThreads>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
     const float* bl = sB + (n - 1) * kLdF;
-    for (int x = threadIdx.x; x < kC * kMT / 2; x += kBwdThreads) {
-      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+    for (int x = threadIdx.x; x < kC * MT / 2; x += kBwdThreads) {
+      const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
@@ -450,30 +463,32 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
        // which dB subtracts row by row, so it is taken as that sum of the same products (sInter, below)
        // and the two cancel to fp32 rounding whatever the memories were rounded to; the carried part is
        // exp(bl) times the bf16 chunk-start memories against dH as rounded in the tiles. In parts the dG pass
-       // adds: sTail[p][m] (p < 4) over the rows p, p + 4, ... of Hk, sTail[4][m] over row m of Hv (a lane
-       // quad per row).
+       // adds: sTail[p][m] (p < kParts) over the rows p, p + kParts, ... of Hk, sTail[kParts][m] over row m
+       // of Hv (kParts lanes a row).
       const bf16x* HkS = a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM;
       const bf16x* HvS = a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV;
-      static_assert(kBwdThreads == 4 * kMT, "four parts of each slot's Hk sum, a lane quad per Hv row");
+      static_assert(kBwdThreads == kParts * MT && 32 % kParts == 0, "whole parts a slot, a row's lanes in a warp");
       {
-        const int m = threadIdx.x % kMT, p = threadIdx.x / kMT;
-        float x[KT / 4], t = 0.f;
+        const int m = threadIdx.x % MT, p = threadIdx.x / MT;
+        float x[KT / kParts], t = 0.f;
 #pragma unroll
-        for (int i = 0; i < KT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.K ? bf(HkS[int64_t(p + 4 * i) * d.M + m]) : 0.f;
+        for (int i = 0; i < KT / kParts; ++i)
+          x[i] = m < d.M && p + kParts * i < d.K ? bf(HkS[int64_t(p + kParts * i) * d.M + m]) : 0.f;
 #pragma unroll
-        for (int i = 0; i < KT / 4; ++i) t += x[i] * bf(sHk[(p + 4 * i) * kLdM + m]);
-        sTail[p * kMT + m] = __expf(bl[m]) * t;
+        for (int i = 0; i < KT / kParts; ++i) t += x[i] * bf(sHk[(p + kParts * i) * kLdM + m]);
+        sTail[p * MT + m] = __expf(bl[m]) * t;
       }
       {
-        const int m = threadIdx.x / 4, p = threadIdx.x % 4;
-        float x[VT / 4], t = 0.f;
+        const int m = threadIdx.x / kParts, p = threadIdx.x % kParts;
+        float x[VT / kParts], t = 0.f;
 #pragma unroll
-        for (int i = 0; i < VT / 4; ++i) x[i] = m < d.M && p + 4 * i < d.V ? bf(HvS[int64_t(m) * d.V + p + 4 * i]) : 0.f;
+        for (int i = 0; i < VT / kParts; ++i)
+          x[i] = m < d.M && p + kParts * i < d.V ? bf(HvS[int64_t(m) * d.V + p + kParts * i]) : 0.f;
 #pragma unroll
-        for (int i = 0; i < VT / 4; ++i) t += x[i] * bf(sHv[m * (VT + 8) + p + 4 * i]);
-        t += __shfl_xor_sync(0xffffffffu, t, 1);
-        t += __shfl_xor_sync(0xffffffffu, t, 2);
-        if (p == 0) sTail[4 * kMT + m] = __expf(bl[m]) * t;
+        for (int i = 0; i < VT / kParts; ++i) t += x[i] * bf(sHv[m * (VT + 8) + p + kParts * i]);
+#pragma unroll
+        for (int o = 1; o < kParts; o *= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (p == 0) sTail[kParts * MT + m] = __expf(bl[m]) * t;
       }
     }
     // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
@@ -500,12 +515,12 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
           sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
         }
     }
-    warp_mma<1, VT / 16, kMT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, nv, lane);
+    warp_mma<1, VT / 16, MT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, nv, lane);
 #pragma unroll
     for (int ni = 0; ni < KT / 16; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dKa[0][ni][e] *= a.scale;
-    warp_mma<1, KT / 16, kMT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, nk, lane);
+    warp_mma<1, KT / 16, MT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, nk, lane);
     const int64_t tok = int64_t(b) * d.T + ts;  // the slot gradients go to the rows of the tokens
 #pragma unroll
     for (int ni = 0; ni < VT / 16; ++ni)
@@ -543,7 +558,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         for (int u = 0; u < 4; ++u) part[u] += sInter[(r + u) * kLdF + m];
       float acc = (part[0] + part[1]) + (part[2] + part[3]);
 #pragma unroll
-      for (int p = 0; p < 5; ++p) acc += sTail[p * kMT + m];
+      for (int p = 0; p <= kParts; ++p) acc += sTail[p * MT + m];
       for (int r = n - 1; r >= lo; --r) {
         acc += sS[r * kLdF + m];
         a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
@@ -553,7 +568,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 }
 
 // B1 (kLocal) and B3. Grid (NC, B Hkv).
-template <int KT, int VT, bool kLocal>
+template <int KT, int VT, int MT, bool kLocal>
 __global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Every load the chunk starts with goes out before the gates are summed: k, v and the first head's q,
@@ -566,14 +581,14 @@ __global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs 
   load_rows_async<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts,
                                        d.T - d.shift, d.V);
   load_head_async<KT, VT>(a, d, smem, j * d.G);
-  HkRegs<KT> hk;
-  HvRegs<VT> hv;
+  HkRegs<KT, MT> hk;
+  HvRegs<MT, VT> hv;
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
-  if (chunk_guard<KT, VT>(a, d, smem))
-    backward_chunk<KT, VT, kLocal, true>(a, d, smem, hk, hv);
+  if (chunk_guard<KT, VT, MT>(a, d, smem))
+    backward_chunk<KT, VT, MT, kLocal, true>(a, d, smem, hk, hv);
   else
-    backward_chunk<KT, VT, kLocal, false>(a, d, smem, hk, hv);
+    backward_chunk<KT, VT, MT, kLocal, false>(a, d, smem, hk, hv);
 }
 
 
@@ -591,9 +606,13 @@ States kept_states(const GsaSaved& sv, const Dims& d) {
 
 }  // namespace
 
-size_t backward_smem_bytes(int64_t K, int64_t V) {
+size_t backward_smem_bytes(int64_t K, int64_t V, int64_t M) {
   size_t r = 0;
-  visit_tiles(K, V, [&](auto kt, auto vt) { r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value>(); });
+  visit_tiles(K, V, [&](auto kt, auto vt) {
+    visit_slots(M, [&](auto mt) {
+      r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value, decltype(mt)::value>();
+    });
+  });
   return r;
 }
 
@@ -640,16 +659,18 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   const Tensor dHkT = dHk.defined() ? dHk.contiguous() : Tensor(), dHvT = dHv.defined() ? dHv.contiguous() : Tensor();
   const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
-    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    const size_t smem = backward_smem_fixed<KT, VT>();
-    set_smem(gsa_backward_kernel<KT, VT, true>, smem);
-    gsa_backward_kernel<KT, VT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
-    state_scan(Dk, st.decay, d, false, true, dHkT, r.dHk0, stream);  // B2
-    state_scan(Dv, st.decay, d, true, true, dHvT, r.dHv0, stream);
-    set_smem(gsa_backward_kernel<KT, VT, false>, smem);
-    gsa_backward_kernel<KT, VT, false><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B3
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kBwdThreads, smem);
+    visit_slots(d.M, [&](auto mt) {
+      constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
+      const size_t smem = backward_smem_fixed<KT, VT, MT>();
+      set_smem(gsa_backward_kernel<KT, VT, MT, true>, smem);
+      gsa_backward_kernel<KT, VT, MT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
+      HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
+      state_scan(Dk, st.decay, d, false, true, dHkT, r.dHk0, stream);  // B2
+      state_scan(Dv, st.decay, d, true, true, dHvT, r.dHv0, stream);
+      set_smem(gsa_backward_kernel<KT, VT, MT, false>, smem);
+      gsa_backward_kernel<KT, VT, MT, false><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B3
+      HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel", grid, kBwdThreads, smem);
+    });
   });
   GsaGrads out;
   if (needed[0]) out.dq = r.dq;

@@ -52,7 +52,7 @@ using chunk_mma::zero;
 
 // F1. Grid (NC, B Hkv). inc_k (B Hkv, NC + 1, K, M) and inc_v (B Hkv, NC + 1, M, V) get the chunk's
 // increments in slot c + 1 (bf16); decay (B Hkv, NC, M) = exp(bl).
-template <int KT, int VT>
+template <int KT, int VT, int MT>
 __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x* __restrict__ k,
                                                                      const bf16x* __restrict__ v,
                                                                      const float* __restrict__ s,
@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
                                                                      bf16x* __restrict__ inc_k,
                                                                      bf16x* __restrict__ inc_v,
                                                                      float* __restrict__ decay, Dims d) {
+  constexpr int kLdM = ld_m<MT>, kLdF = ld_f<MT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
@@ -72,10 +73,10 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   load_rows_async<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K);
   load_rows_async<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V);
   flash::cp_async_commit();  // waited for with the gates
-  load_gates(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr);
+  load_gates<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr);
   const float* bl = sB + (n - 1) * kLdF;
-  for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
-    const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+  for (int x = threadIdx.x; x < kC * MT / 2; x += kThreads) {
+    const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
     const float* br = sB + r * kLdF;
     const float* sr = sS + r * kLdF;
     *reinterpret_cast<uint32_t*>(sSR + r * kLdM + m) =
@@ -86,33 +87,34 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   {  // Kc^T SR: warps split the KT rows
-    constexpr int MT = KT / 64;
-    const int m0 = warp * 16 * MT;
-    float acc[MT][kMT / 8][4];
+    constexpr int RT = KT / 64;
+    const int m0 = warp * 16 * RT;
+    float acc[RT][MT / 8][4];
     zero(acc);
-    warp_mma<MT, kMT / 8, kC, true, false>(acc, sK, KT + 8, m0, sSR, kLdM, 0, lane);
+    warp_mma<RT, MT / 8, kC, true, false>(acc, sK, KT + 8, m0, sSR, kLdM, 0, lane);
     bf16x* o = inc_k + (int64_t(bj) * (d.NC + 1) + c + 1) * d.K * d.M;
 #pragma unroll
-    for (int mi = 0; mi < MT; ++mi)
+    for (int mi = 0; mi < RT; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < kMT / 8; ++ni)
+      for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = m0 + mi * 16 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
           if (r < d.K) store_pair(o + int64_t(r) * d.M, col, d.M, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
         }
   }
-  {  // SR^T Vc: warps split the 64 slot rows
-    const int m0 = warp * 16;
-    float acc[1][VT / 8][4];
+  {  // SR^T Vc: warps split the MT slot rows in 16-row blocks, and the V columns in 64 / MT parts
+    constexpr int kParts = 4 * 16 / MT, NT = VT / 8 / kParts;
+    const int m0 = warp % (MT / 16) * 16, n0 = warp / (MT / 16) * (VT / kParts);
+    float acc[1][NT][4];
     zero(acc);
-    warp_mma<1, VT / 8, kC, true, false>(acc, sSR, kLdM, m0, sV, VT + 8, 0, lane);
+    warp_mma<1, NT, kC, true, false>(acc, sSR, kLdM, m0, sV, VT + 8, n0, lane);
     bf16x* o = inc_v + (int64_t(bj) * (d.NC + 1) + c + 1) * d.M * d.V;
 #pragma unroll
-    for (int ni = 0; ni < VT / 8; ++ni)
+    for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = m0 + frag_row(lane, 2 * h), col = ni * 8 + frag_col(lane, 0);
+        const int r = m0 + frag_row(lane, 2 * h), col = n0 + ni * 8 + frag_col(lane, 0);
         if (r < d.M) store_pair(o + int64_t(r) * d.V, col, d.V, acc[0][ni][2 * h], acc[0][ni][2 * h + 1]);
       }
   }
@@ -163,22 +165,23 @@ __global__ void __launch_bounds__(256) gsa_state_scan_kernel(bf16x* __restrict__
 
 // F2. Grid (NC, B Hq). kWin (nha): the window keys of the tile's queries are the previous chunk and this
 // one (window <= kC); their logits join the slot logits before the softmax and P_win Vw joins O.
-template <int KT, int VT, bool kWin>
+template <int KT, int VT, int MT, bool kWin>
 __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArgs a, Dims d) {
-  static_assert(KT >= kMT, "the P tile reuses the rows of the Q tile");
+  static_assert(KT >= MT, "the P tile reuses the rows of the Q tile");
+  constexpr int kLdM = ld_m<MT>, kLdF = ld_f<MT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]; later P-side operands, row stride KT + 8
   bf16x* sK = sQ + kC * (KT + 8);               // [64][KT + 8]
   bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
   bf16x* sHk = sV + kC * (VT + 8);              // [KT][kLdM]
-  bf16x* sHv = sHk + KT * kLdM;                 // [kMT][VT + 8]
-  bf16x* sA = sHv + kMT * (VT + 8);             // [64][kLdA]  A1, then A2
+  bf16x* sHv = sHk + KT * kLdM;                 // [MT][VT + 8]
+  bf16x* sA = sHv + MT * (VT + 8);             // [64][kLdA]  A1, then A2
   bf16x* sSw = sA + kC * kLdA;                  // [kSwRows][kLdM]: Sp (fast) or the per-warp Sw (fallback)
   float* sB = reinterpret_cast<float*>(sSw + kSwRows * kLdM);  // [64][kLdF]
   float* sS = sB + kC * kLdF;                                  // [64][kLdF]
-  float* sRef = sS + kC * kLdF;                                // [kMT] (sLo, then the reference)
-  float* sHi = sRef + kMT;                                     // [kMT] (sHi, then the scale exp(ref))
-  float* sBias = sHi + kMT;                                    // [kC] kWin: bias[h, dist]
+  float* sRef = sS + kC * kLdF;                                // [MT] (sLo, then the reference)
+  float* sHi = sRef + MT;                                     // [MT] (sHi, then the scale exp(ref))
+  float* sBias = sHi + MT;                                    // [kC] kWin: bias[h, dist]
   bf16x* sQr = reinterpret_cast<bf16x*>(sBias + kC);           // kWin: [64][KT + 8]
   bf16x* sKr = sQr + kC * (KT + 8);                            // kWin: [128][KT + 8], previous chunk first
   bf16x* sVw = sKr + 2 * kC * (KT + 8);                        // kWin: [128][VT + 8]
@@ -207,16 +210,16 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
           a.bias && threadIdx.x < a.window ? __bfloat162float(a.bias[int64_t(h) * a.nb + threadIdx.x]) : 0.f;
   }
   flash::cp_async_commit();
-  StateRegs<KT, kMT> hk;
-  StateRegs<kMT, VT> hv;
+  StateRegs<KT, MT> hk;
+  StateRegs<MT, VT> hv;
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
-  load_gates(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi);
+  load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi);
   float range = 0.f;
-  for (int m = 0; m < kMT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
+  for (int m = 0; m < MT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
   const bool fast = range <= kRefRange;  // false for NaN gates too
   __syncthreads();                       // every thread has read the range
-  if (threadIdx.x < kMT) {
+  if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sHi[m]) : 0.f;
     sRef[m] = ref;
@@ -227,8 +230,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   hv.store(sHv, VT + 8, sHi, nullptr);
   bf16x* sW = sSw + 8 * warp * (warp - 1) * kLdM;  // fallback: warp w's rows j < 16 w
   if (fast) {
-    for (int x = threadIdx.x; x < kC * kMT / 2; x += kThreads) {
-      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+    for (int x = threadIdx.x; x < kC * MT / 2; x += kThreads) {
+      const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sSw + r * kLdM + m) =
@@ -236,8 +239,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     }
   } else {
     const float* bw = sB + 16 * warp * kLdF;
-    for (int x = lane; x < 16 * warp * kMT / 2; x += 32) {
-      const int r = x / (kMT / 2), m = (x % (kMT / 2)) * 2;
+    for (int x = lane; x < 16 * warp * MT / 2; x += 32) {
+      const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sW + r * kLdM + m) =
@@ -254,27 +257,27 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     store_tril(sA, kLdA, x, a.scale, m0, 0, lane);
   }
   __syncwarp();  // the A1 rows this warp reads are the rows it wrote
-  float z[1][kMT / 8][4];
+  float z[1][MT / 8][4];
   zero(z);
-  warp_mma<1, kMT / 8, KT, false, false>(z, sQ, KT + 8, m0, sHk, kLdM, 0, lane);
+  warp_mma<1, MT / 8, KT, false, false>(z, sQ, KT + 8, m0, sHk, kLdM, 0, lane);
   if (fast) {
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni)
+    for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) z[0][ni][e] *= a.scale;
     for (int k0 = 0; k0 <= m0; k0 += 16)  // A1 is zero right of the diagonal block
-      warp_mma<1, kMT / 8, 16, false, false>(z, sA + k0, kLdA, m0, sSw + k0 * kLdM, kLdM, 0, lane);
-    scale_rows(z, m0, lane, sB, sRef, 1.f);
+      warp_mma<1, MT / 8, 16, false, false>(z, sA + k0, kLdA, m0, sSw + k0 * kLdM, kLdM, 0, lane);
+    scale_rows<MT>(z, m0, lane, sB, sRef, 1.f);
   } else {
-    scale_rows(z, m0, lane, sB, nullptr, a.scale);
+    scale_rows<MT>(z, m0, lane, sB, nullptr, a.scale);
     if (warp > 0) {
-      float t[1][kMT / 8][4];
+      float t[1][MT / 8][4];
       zero(t);
       for (int k0 = 0; k0 < m0; k0 += 16)
-        warp_mma<1, kMT / 8, 16, false, false>(t, sA + k0, kLdA, m0, sW + k0 * kLdM, kLdM, 0, lane);
+        warp_mma<1, MT / 8, 16, false, false>(t, sA + k0, kLdA, m0, sW + k0 * kLdM, kLdM, 0, lane);
       const float* bw = sB + m0 * kLdF;
 #pragma unroll
-      for (int ni = 0; ni < kMT / 8; ++ni)
+      for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
@@ -282,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
         }
     }
 #pragma unroll
-    for (int ni = 0; ni < kMT / 8; ++ni)
+    for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {  // the diagonal block, elementwise
         const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
@@ -297,7 +300,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   // The slot softmax of rows r0 = m0 + lane / 4 and r0 + 8: their slots are spread over the lane quad.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
+  for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (ni * 8 + frag_col(lane, e) >= d.M) z[0][ni][e] = -INFINITY;
@@ -351,7 +354,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
   }
 #pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
+  for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       z[0][ni][e] = __expf(z[0][ni][e] - mx[e / 2]);
@@ -364,7 +367,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   }
   const float inv[2] = {1.f / sum[0], 1.f / sum[1]};
 #pragma unroll
-  for (int ni = 0; ni < kMT / 8; ++ni)
+  for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) z[0][ni][e] *= inv[e / 2];
   if constexpr (kWin)
@@ -396,7 +399,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   if (fast) {
     store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); });
     __syncwarp();
-    warp_mma<1, kC / 8, kMT, false, true>(a2, sX, kLdX, m0, sSw, kLdM, 0, lane);
+    warp_mma<1, kC / 8, MT, false, true>(a2, sX, kLdX, m0, sSw, kLdM, 0, lane);
   } else {
     store_slots(sX, kLdX, z, m0, 0, lane, [](int, int) { return 1.f; });
     __syncwarp();
@@ -407,7 +410,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
         const int r = m0 + frag_row(lane, e), jj = ni * 8 + frag_col(lane, e);
         if (jj < m0 || jj > r) continue;
         float acc = 0.f;
-        for (int m = 0; m < kMT; ++m)
+        for (int m = 0; m < MT; ++m)
           acc += __bfloat162float(sX[r * kLdX + m]) * __expf(sB[r * kLdF + m] - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
         a2[0][ni][e] = acc;
       }
@@ -420,7 +423,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       if (nb < warp) {
         float t[1][2][4];
         zero(t);
-        warp_mma<1, 2, kMT, false, true>(t, sX, kLdX, m0, sW, kLdM, 16 * nb, lane);
+        warp_mma<1, 2, MT, false, true>(t, sX, kLdX, m0, sW, kLdM, 16 * nb, lane);
 #pragma unroll
         for (int u = 0; u < 2; ++u)
 #pragma unroll
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   __syncwarp();
   float o[1][VT / 8][4];
   zero(o);
-  warp_mma<1, VT / 8, kMT, false, false>(o, sX, kLdX, m0, sHv, VT + 8, 0, lane);
+  warp_mma<1, VT / 8, MT, false, false>(o, sX, kLdX, m0, sHv, VT + 8, 0, lane);
   for (int k0 = 0; k0 <= m0; k0 += 16)  // A2 is zero right of the diagonal block
     warp_mma<1, VT / 8, 16, false, false>(o, sA + k0, kLdA, m0, sV + k0 * (VT + 8), VT + 8, 0, lane);
   if constexpr (kWin)  // the warp wrote its sPw rows before the A2 barrier above
@@ -449,32 +452,36 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     }
 }
 
-template <int KT, int VT>
+template <int KT, int VT, int MT>
 size_t state_smem() {
-  return size_t(kC * (KT + 8) + kC * (VT + 8) + kC * kLdM) * 2 + size_t(2 * kC * kLdF) * sizeof(float);
+  return size_t(kC * (KT + 8) + kC * (VT + 8) + kC * ld_m<MT>) * 2 + size_t(2 * kC * ld_f<MT>) * sizeof(float);
 }
-template <int KT, int VT, bool kWin>
+template <int KT, int VT, int MT, bool kWin>
 size_t output_smem() {
-  const size_t tiles = size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * kLdM + kMT * (VT + 8) + kC * kLdA +
-                              kSwRows * kLdM) * 2;
+  const size_t tiles = size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * ld_m<MT> + MT * (VT + 8) + kC * kLdA +
+                              kSwRows * ld_m<MT>) * 2;
   const size_t window = size_t(3 * kC * (KT + 8) + 2 * kC * (VT + 8) + kC * (2 * kC + 8)) * 2 + kC * sizeof(float);
-  return tiles + size_t(2 * kC * kLdF + 2 * kMT) * sizeof(float) + (kWin ? window : 0);
+  return tiles + size_t(2 * kC * ld_f<MT> + 2 * MT) * sizeof(float) + (kWin ? window : 0);
 }
 
 }  // namespace
 
-size_t forward_smem_bytes(int64_t K, int64_t V, bool window) {
+size_t forward_smem_bytes(int64_t K, int64_t V, int64_t M, bool window) {
   size_t need = 0;
   visit_tiles(K, V, [&](auto kt, auto vt) {
-    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    need = std::max(state_smem<KT, VT>(), window ? output_smem<KT, VT, true>() : output_smem<KT, VT, false>());
+    visit_slots(M, [&](auto mt) {
+      constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
+      need = std::max(state_smem<KT, VT, MT>(),
+                      window ? output_smem<KT, VT, MT, true>() : output_smem<KT, VT, MT, false>());
+    });
   });
   return need;
 }
 
 void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream) {
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
-    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
+   visit_slots(d.M, [&](auto mt) {
+    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
     auto go = [&](auto kernel, size_t smem) {
       set_smem(kernel, smem);
       const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hq));
@@ -482,9 +489,10 @@ void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream) {
       HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid, kThreads, smem);
     };
     if (a.window > 0)
-      go(gsa_forward_output_kernel<KT, VT, true>, output_smem<KT, VT, true>());
+      go(gsa_forward_output_kernel<KT, VT, MT, true>, output_smem<KT, VT, MT, true>());
     else
-      go(gsa_forward_output_kernel<KT, VT, false>, output_smem<KT, VT, false>());
+      go(gsa_forward_output_kernel<KT, VT, MT, false>, output_smem<KT, VT, MT, false>());
+   });
   });
 }
 
@@ -518,14 +526,16 @@ States forward_states(const Tensor& k, const Tensor& v, const Tensor& s, const T
             Tensor::empty({d.B, d.Hkv, d.NC + 1, d.M, d.V}, DType::bf16, dev),
             Tensor::empty({d.B, d.Hkv, d.NC, d.M}, DType::f32, dev)};
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
-    constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value;
-    const size_t smem = state_smem<KT, VT>();
-    set_smem(gsa_forward_state_kernel<KT, VT>, smem);
-    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
-    gsa_forward_state_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(bp(k), bp(v), s.data<float>(), g.data<float>(),
-                                                                       bp_mut(st.Hk), bp_mut(st.Hv),
-                                                                       st.decay.data<float>(), d);
-    HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_state_kernel", grid, kThreads, smem);
+    visit_slots(d.M, [&](auto mt) {
+      constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
+      auto kernel = gsa_forward_state_kernel<KT, VT, MT>;
+      const size_t smem = state_smem<KT, VT, MT>();
+      set_smem(kernel, smem);
+      const dim3 grid(unsigned(d.NC), unsigned(d.B * d.Hkv));
+      kernel<<<grid, kThreads, smem, stream>>>(bp(k), bp(v), s.data<float>(), g.data<float>(), bp_mut(st.Hk),
+                                               bp_mut(st.Hv), st.decay.data<float>(), d);
+      HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_state_kernel", grid, kThreads, smem);
+    });
   });
   state_scan(st.Hk, st.decay, d, false, false, Hk0, Hk_last, stream);
   state_scan(st.Hv, st.decay, d, true, false, Hv0, Hv_last, stream);
@@ -543,9 +553,9 @@ bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
     return !(e && std::string(e) == "0");
   }();
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
-  if (d.K > 128 || d.V > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.M > kMT) return false;
+  if (d.K > 128 || d.V > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.M > kMaxMT) return false;
   if (d.B * d.Hq > 65535) return false;  // gridDim.y of F2
-  const size_t need = std::max(forward_smem_bytes(d.K, d.V, false), backward_smem_bytes(d.K, d.V));
+  const size_t need = std::max(forward_smem_bytes(d.K, d.V, d.M, false), backward_smem_bytes(d.K, d.V, d.M));
   return need <= size_t(max_smem(q.device().index));
 }
 

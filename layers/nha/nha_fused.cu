@@ -403,10 +403,10 @@ bool nha_fused_supported(const Tensor& q, const NhaDims& d) {
     return !(e && std::string(e) == "0");
   }();
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
-  if (d.window < 1 || d.window > kC || d.M < 1 || d.M > kMT) return false;
+  if (d.window < 1 || d.window > kC || d.M < 1 || d.M > kMaxMT) return false;
   if (d.D > 128 || d.Dv > 128 || d.D % 8 != 0 || d.Dv % 8 != 0) return false;
   if (d.B * d.Hq > 65535) return false;  // gridDim.y of F2
-  const size_t need = std::max(forward_smem_bytes(d.D, d.Dv, true), backward_smem_bytes(d.D, d.Dv));
+  const size_t need = std::max(forward_smem_bytes(d.D, d.Dv, d.M, true), backward_smem_bytes(d.D, d.Dv, d.M));
   return need <= size_t(chunk_mma::max_smem(q.device().index));
 }
 

@@ -12,6 +12,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -208,6 +209,8 @@ T __shfl_up_sync(unsigned, T v, unsigned delta) {
   return emu::shfl_from(v, src < 0 ? int(emu::lane()) : src);
 }
 inline float __expf(float x) { return std::exp(x); }
+// Blocks may run on several OS threads (OpenMP), so the add is a real atomic.
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) {
   float f;

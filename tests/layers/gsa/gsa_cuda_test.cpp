@@ -3,7 +3,8 @@
 // at T around the chunk (1, 37, 63, 64, 65, 130, 200), GQA and not, K, V and M off any tile, and
 // with gates strong enough that a chunk's total decay reaches e^-250, and with chunk decay ranges on
 // both sides of the kernels' mid-reference guard (60) in one call; the fused path also with the chunk
-// memories kept from the forward (save_chunk_states). The GSA mixer decoding on CUDA
+// memories kept from the forward (save_chunk_states), and M on both sides of the fused path's two slot
+// tiles (32 and 64; the 32-slot tile also under the fallback's strong gates). The GSA mixer decoding on CUDA
 // (one-token op calls from the carried memories) equals its parallel forward.
 #include <catch2/catch.hpp>
 
@@ -87,7 +88,9 @@ TEST_CASE("gsa fused bf16 path matches the recurrent cpu reference, outputs and 
                         GsaCase{1, 130, 2, 1, 64, 64, 64, true, -0.9}, GsaCase{1, 150, 2, 2, 128, 128, 64, true, -1.6},
                         GsaCase{1, 200, 4, 2, 32, 48, 40, true, -10.0}, GsaCase{2, 65, 3, 1, 72, 24, 5, false, -0.5},
                         GsaCase{1, 129, 2, 2, 64, 120, 33, true, -3.0},
+                        GsaCase{1, 130, 2, 2, 64, 64, 32, true, -10.0}, GsaCase{1, 140, 2, 1, 128, 72, 17, true, -1.6},
                         GsaCase{2, 150, 4, 2, 64, 64, 48, true, -0.9, true},
+                        GsaCase{2, 100, 2, 2, 64, 64, 32, true, -0.9, true},
                         GsaCase{1, 130, 2, 1, 128, 64, 64, false, -3.0, true}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " K " << c.K << " V " << c.V
                          << " M " << c.M << (c.states ? " states" : "") << " g >= " << c.glo
