@@ -230,7 +230,8 @@ struct ForwardArgs {
 };
 // F2 over every (chunk, query head); a.window > 0 takes the windowed instantiation.
 void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream);
-// Shared memory of F1 and of F2 without or with the window at these head dims and slot count.
+// Shared memory of F1 and of F2 without or with the window (at its widest, kC) at these head dims and slot
+// count.
 size_t forward_smem_bytes(int64_t K, int64_t V, int64_t M, bool window);
 
 // The chunk scan over bf16 states (B Hkv, NC + 1, rows, cols) with slot-wise factors decay, in fp32

@@ -120,11 +120,13 @@ struct BackwardArgs {
   const float* delta = nullptr;  // (B, T, Hq) rowsum(dO .* O) of a larger softmax (nha), or null: the slots'
 };
 
-// bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them.
-template <int KT, int VT, int MT>
+// bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them. B1 (kLocal) has
+// no use for the last two score tiles (A2, dA1), which leaves it ~107 KB at MT = 32: two CTAs an SM.
+template <int KT, int VT, int MT, bool kLocal>
 constexpr int backward_tile_elems() {
   constexpr int kLdM = ld_m<MT>;
-  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + MT * (VT + 8) + kC * kLdM + 4 * kC * kLdA + 2 * kC * kLdM;
+  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + MT * (VT + 8) + kC * kLdM + (kLocal ? 2 : 4) * kC * kLdA +
+         2 * kC * kLdM;
 }
 
 // Threads a slot in the tail of dG: parts of its Hk sum, lanes of its Hv row.
@@ -132,18 +134,18 @@ template <int MT>
 constexpr int kTailParts = kBwdThreads / MT;
 
 // Bytes of the backward's tiles and fp32 part (16-byte multiples).
-template <int KT, int VT, int MT>
+template <int KT, int VT, int MT, bool kLocal>
 constexpr size_t backward_smem_fixed() {
-  const size_t tiles = size_t(backward_tile_elems<KT, VT, MT>()) * 2;
+  const size_t tiles = size_t(backward_tile_elems<KT, VT, MT, kLocal>()) * 2;
   return tiles + size_t(2 * kC * ld_f<MT> + (kTailParts<MT> + 3) * MT + kC + 2 * kC + kBwdThreads * MT / 4) *
                      sizeof(float);
 }
 
 // The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
 // takes the fast path.
-template <int KT, int VT, int MT>
+template <int KT, int VT, int MT, bool kLocal>
 __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
-  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT, kLocal>());
   float* sS = sB + kC * ld_f<MT>;
   float* sRef = sS + kC * ld_f<MT>;
   float* sSc = sRef + MT;
@@ -190,15 +192,15 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   bf16x* sHk = sDO + kC * (VT + 8);             // [KT][kLdM]   HkS .*c exp(ref), at the end dHkE
   bf16x* sHv = sHk + KT * kLdM;                 // [MT][VT + 8] exp(ref) .*r HvS, at the end dHvE
   bf16x* sSp = sHv + MT * (VT + 8);            // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
-  bf16x* sA1 = sSp + kC * kLdM;                 // [64][kLdA] x 4: A1, dA2, A2, dA1
+  bf16x* sA1 = sSp + kC * kLdM;                 // [64][kLdA] x 2: A1, dA2
   bf16x* sdA2 = sA1 + kC * kLdA;
-  bf16x* sA2 = sdA2 + kC * kLdA;
-  bf16x* sdA1 = sA2 + kC * kLdA;
-  bf16x* sPe = sdA1 + kC * kLdA;                // [64][kLdM] Pe (B3 fallback: dZ)
+  bf16x* sPe = sdA2 + kC * kLdA;                // [64][kLdM] Pe (B3 fallback: dZ)
   bf16x* sdZe = sPe + kC * kLdM;                // [64][kLdM] dZe
+  bf16x* sA2 = sdZe + kC * kLdM;                // [64][kLdA] x 2, B3 only: A2, dA1
+  bf16x* sdA1 = sA2 + kC * kLdA;
   bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
   bf16x* sdZ = sPe;
-  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());  // [64][kLdF] b
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT, kLocal>());  // [64][kLdF] b
   float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
   float* sRef = sS + kC * kLdF;                           // [MT]
   float* sSc = sRef + MT;                                // [MT] exp(ref)
@@ -569,7 +571,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 
 // B1 (kLocal) and B3. Grid (NC, B Hkv).
 template <int KT, int VT, int MT, bool kLocal>
-__global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs a, Dims d) {
+__global__ void __launch_bounds__(kBwdThreads, kLocal && MT == 32 ? 2 : 1) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Every load the chunk starts with goes out before the gates are summed: k, v and the first head's q,
   // dO asynchronously to their tiles, the fp32 memories into registers.
@@ -585,7 +587,7 @@ __global__ void __launch_bounds__(kBwdThreads) gsa_backward_kernel(BackwardArgs 
   HvRegs<MT, VT> hv;
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
-  if (chunk_guard<KT, VT, MT>(a, d, smem))
+  if (chunk_guard<KT, VT, MT, kLocal>(a, d, smem))
     backward_chunk<KT, VT, MT, kLocal, true>(a, d, smem, hk, hv);
   else
     backward_chunk<KT, VT, MT, kLocal, false>(a, d, smem, hk, hv);
@@ -610,7 +612,7 @@ size_t backward_smem_bytes(int64_t K, int64_t V, int64_t M) {
   size_t r = 0;
   visit_tiles(K, V, [&](auto kt, auto vt) {
     visit_slots(M, [&](auto mt) {
-      r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value, decltype(mt)::value>();
+      r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value, decltype(mt)::value, false>();
     });
   });
   return r;
@@ -661,10 +663,10 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     visit_slots(d.M, [&](auto mt) {
       constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
-      const size_t smem = backward_smem_fixed<KT, VT, MT>();
-      set_smem(gsa_backward_kernel<KT, VT, MT, true>, smem);
-      gsa_backward_kernel<KT, VT, MT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
-      HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
+      const size_t smem_local = backward_smem_fixed<KT, VT, MT, true>(), smem = backward_smem_fixed<KT, VT, MT, false>();
+      set_smem(gsa_backward_kernel<KT, VT, MT, true>, smem_local);
+      gsa_backward_kernel<KT, VT, MT, true><<<grid, kBwdThreads, smem_local, stream>>>(a, d);  // B1
+      HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem_local);
       state_scan(Dk, st.decay, d, false, true, dHkT, r.dHk0, stream);  // B2
       state_scan(Dv, st.decay, d, true, true, dHvT, r.dHv0, stream);
       set_smem(gsa_backward_kernel<KT, VT, MT, false>, smem);

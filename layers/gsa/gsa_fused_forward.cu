@@ -163,6 +163,11 @@ __global__ void __launch_bounds__(256) gsa_state_scan_kernel(bf16x* __restrict__
   if (last) last[2 * i] = acc0, last[2 * i + 1] = acc1;
 }
 
+// kWin: the first key row of the window tiles, as an offset from the previous chunk's first token: the
+// chunk's queries see keys from t0 - window + 1 on, and the tiles hold whole 16-key blocks from there, so a
+// narrow window takes less shared memory (at w = 32 two CTAs fit an SM, one at 128 rows).
+__host__ __device__ constexpr int window_first_key(int window) { return 16 * ((kC + 1 - window) / 16); }
+
 // F2. Grid (NC, B Hq). kWin (nha): the window keys of the tile's queries are the previous chunk and this
 // one (window <= kC); their logits join the slot logits before the softmax and P_win Vw joins O.
 template <int KT, int VT, int MT, bool kWin>
@@ -182,11 +187,12 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   float* sRef = sS + kC * kLdF;                                // [MT] (sLo, then the reference)
   float* sHi = sRef + MT;                                     // [MT] (sHi, then the scale exp(ref))
   float* sBias = sHi + MT;                                    // [kC] kWin: bias[h, dist]
-  bf16x* sQr = reinterpret_cast<bf16x*>(sBias + kC);           // kWin: [64][KT + 8]
-  bf16x* sKr = sQr + kC * (KT + 8);                            // kWin: [128][KT + 8], previous chunk first
-  bf16x* sVw = sKr + 2 * kC * (KT + 8);                        // kWin: [128][VT + 8]
-  bf16x* sPw = sVw + 2 * kC * (VT + 8);                        // kWin: [64][kLdW] window probabilities
-  constexpr int kLdW = 2 * kC + 8;
+  // kWin: key row x of the window tiles is key t0 - kC + x0 + x, R rows in all.
+  const int x0 = kWin ? window_first_key(a.window) : 0, R = 2 * kC - x0, kLdW = R + 8;
+  bf16x* sQr = reinterpret_cast<bf16x*>(sBias + kC);  // kWin: [64][KT + 8]
+  bf16x* sKr = sQr + kC * (KT + 8);                   // kWin: [R][KT + 8], the previous chunk's rows first
+  bf16x* sVw = sKr + R * (KT + 8);                    // kWin: [R][VT + 8]
+  bf16x* sPw = sQr;  // kWin: [64][kLdW] window probabilities, over sQr and sKr once the logits are formed
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq, j = h / d.G, t0 = c * kC;
   const int n = min(kC, d.T - t0), bj = b * d.Hkv + j;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
@@ -203,8 +209,14 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
                                       d.K);
     // The previous chunk's keys and this one's; rows before token 0 are zeros, so that the masked products
     // stay 0 (not 0 * NaN).
-    load_rows_async<2 * kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K);
-    load_rows_async<2 * kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V);
+    for (int x = x0; x < kC; x += 16) {
+      load_rows_async<16, KT, kThreads>(sKr + (x - x0) * (KT + 8), a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC + x,
+                                        d.T, d.K);
+      load_rows_async<16, VT, kThreads>(sVw + (x - x0) * (VT + 8), a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC + x,
+                                        d.T, d.V);
+    }
+    load_rows_async<kC, KT, kThreads>(sKr + (kC - x0) * (KT + 8), a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K);
+    load_rows_async<kC, VT, kThreads>(sVw + (kC - x0) * (VT + 8), a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V);
     if (threadIdx.x < kC)
       sBias[threadIdx.x] =
           a.bias && threadIdx.x < a.window ? __bfloat162float(a.bias[int64_t(h) * a.nb + threadIdx.x]) : 0.f;
@@ -308,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     }
   // kWin: the window logits of the rows, key column x = key t0 - kC + x at distance r + kC - x from row r,
   // in 16-key blocks; the rows' window keys lie in the blocks kb_lo .. kb_hi, the others are neither formed
-  // nor read (their probabilities are 0).
+  // nor read (their probabilities are 0); kb_lo >= x0 / 16.
   constexpr int kWb = kWin ? 2 * kC / 16 : 1;
   float wl[kWb][1][2][4];
   const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
@@ -317,7 +329,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     for (int nb = 0; nb < kWb; ++nb) {
       if (nb < kb_lo || nb > kb_hi) continue;
       zero(wl[nb]);
-      warp_mma<1, 2, KT, false, true>(wl[nb], sQr, KT + 8, m0, sKr, KT + 8, 16 * nb, lane);
+      warp_mma<1, 2, KT, false, true>(wl[nb], sQr, KT + 8, m0, sKr, KT + 8, 16 * nb - x0, lane);
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
@@ -370,7 +382,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) z[0][ni][e] *= inv[e / 2];
-  if constexpr (kWin)
+  if constexpr (kWin) {
+    __syncthreads();  // every warp has formed its window logits: sPw takes over sQr and sKr
 #pragma unroll
     for (int nb = 0; nb < kWb; ++nb) {
       if (nb < kb_lo || nb > kb_hi) continue;
@@ -378,11 +391,12 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
-          const int r = m0 + frag_row(lane, e), x = 16 * nb + 8 * u + frag_col(lane, e);
+          const int r = m0 + frag_row(lane, e), x = 16 * nb + 8 * u + frag_col(lane, e) - x0;
           *reinterpret_cast<uint32_t*>(sPw + r * kLdW + x) =
               pack_bf16(wl[nb][0][u][e] * inv[e / 2], wl[nb][0][u][e + 1] * inv[e / 2]);
         }
     }
+  }
   if (lane % 4 == 0)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -440,7 +454,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   for (int k0 = 0; k0 <= m0; k0 += 16)  // A2 is zero right of the diagonal block
     warp_mma<1, VT / 8, 16, false, false>(o, sA + k0, kLdA, m0, sV + k0 * (VT + 8), VT + 8, 0, lane);
   if constexpr (kWin)  // the warp wrote its sPw rows before the A2 barrier above
-    warp_mma_range<1, VT / 8, false, false>(o, sPw, kLdW, m0, sVw, VT + 8, 0, 16 * kb_lo, 16 * (kb_hi + 1), lane);
+    warp_mma_range<1, VT / 8, false, false>(o, sPw, kLdW, m0, sVw, VT + 8, 0, 16 * kb_lo - x0, 16 * (kb_hi + 1) - x0,
+                                            lane);
   bf16x* ob = a.o + (int64_t(b) * d.T * d.Hq + h) * d.V;
 #pragma unroll
   for (int ni = 0; ni < VT / 8; ++ni)
@@ -456,12 +471,15 @@ template <int KT, int VT, int MT>
 size_t state_smem() {
   return size_t(kC * (KT + 8) + kC * (VT + 8) + kC * ld_m<MT>) * 2 + size_t(2 * kC * ld_f<MT>) * sizeof(float);
 }
+// window: kWin's window (1 .. kC), which sizes its key tiles.
 template <int KT, int VT, int MT, bool kWin>
-size_t output_smem() {
+size_t output_smem(int window) {
   const size_t tiles = size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * ld_m<MT> + MT * (VT + 8) + kC * kLdA +
                               kSwRows * ld_m<MT>) * 2;
-  const size_t window = size_t(3 * kC * (KT + 8) + 2 * kC * (VT + 8) + kC * (2 * kC + 8)) * 2 + kC * sizeof(float);
-  return tiles + size_t(2 * kC * ld_f<MT> + 2 * MT) * sizeof(float) + (kWin ? window : 0);
+  const int R = 2 * kC - window_first_key(window);
+  static_assert(kC * (2 * kC + 8) <= (kC + 2 * kC) * (KT + 8), "sPw fits over sQr and sKr");
+  const size_t win = size_t(kC * (KT + 8) + R * (KT + 8) + R * (VT + 8)) * 2 + kC * sizeof(float);
+  return tiles + size_t(2 * kC * ld_f<MT> + 2 * MT) * sizeof(float) + (kWin ? win : 0);
 }
 
 }  // namespace
@@ -472,7 +490,7 @@ size_t forward_smem_bytes(int64_t K, int64_t V, int64_t M, bool window) {
     visit_slots(M, [&](auto mt) {
       constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
       need = std::max(state_smem<KT, VT, MT>(),
-                      window ? output_smem<KT, VT, MT, true>() : output_smem<KT, VT, MT, false>());
+                      window ? output_smem<KT, VT, MT, true>(kC) : output_smem<KT, VT, MT, false>(0));
     });
   });
   return need;
@@ -489,9 +507,9 @@ void forward_output(const ForwardArgs& a, const Dims& d, cudaStream_t stream) {
       HYB_CUDA_LAUNCH_CHECK("gsa gsa_forward_output_kernel", grid, kThreads, smem);
     };
     if (a.window > 0)
-      go(gsa_forward_output_kernel<KT, VT, MT, true>, output_smem<KT, VT, MT, true>());
+      go(gsa_forward_output_kernel<KT, VT, MT, true>, output_smem<KT, VT, MT, true>(a.window));
     else
-      go(gsa_forward_output_kernel<KT, VT, MT, false>, output_smem<KT, VT, MT, false>());
+      go(gsa_forward_output_kernel<KT, VT, MT, false>, output_smem<KT, VT, MT, false>(0));
    });
   });
 }
