@@ -44,6 +44,12 @@ void visit_slots(int64_t M, F&& f) {
   return f(std::integral_constant<int, 64>{});
 }
 
+// nha's window tiles (window 1 .. kC) hold whole 16-row blocks of the chunk's neighbour: key rows from
+// t0 - kC + window_first_key on (the chunk's queries see keys from t0 - window + 1 on), or, key-major,
+// the queries up to t0 + window_rows - 1. Narrow windows take fewer rows: 96 at w = 32, 128 at w = 64.
+__host__ __device__ constexpr int window_first_key(int window) { return 16 * ((kC + 1 - window) / 16); }
+__host__ __device__ constexpr int window_rows(int window) { return 2 * kC - window_first_key(window); }
+
 // shift: the slot stream (k, v, s, g in, dk, dv, ds, dg out) is the token stream moved down by shift rows
 // (nha's token shift): position u holds token u - shift, and positions u < shift read k = v = 0, s = 0
 // (nothing written), g = 0 (no decay) without a memory access, so the memory after position u is the one

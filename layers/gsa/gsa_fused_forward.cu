@@ -163,11 +163,6 @@ __global__ void __launch_bounds__(256) gsa_state_scan_kernel(bf16x* __restrict__
   if (last) last[2 * i] = acc0, last[2 * i + 1] = acc1;
 }
 
-// kWin: the first key row of the window tiles, as an offset from the previous chunk's first token: the
-// chunk's queries see keys from t0 - window + 1 on, and the tiles hold whole 16-key blocks from there, so a
-// narrow window takes less shared memory (at w = 32 two CTAs fit an SM, one at 128 rows).
-__host__ __device__ constexpr int window_first_key(int window) { return 16 * ((kC + 1 - window) / 16); }
-
 // F2. Grid (NC, B Hq). kWin (nha): the window keys of the tile's queries are the previous chunk and this
 // one (window <= kC); their logits join the slot logits before the softmax and P_win Vw joins O.
 template <int KT, int VT, int MT, bool kWin>
@@ -188,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   float* sHi = sRef + MT;                                     // [MT] (sHi, then the scale exp(ref))
   float* sBias = sHi + MT;                                    // [kC] kWin: bias[h, dist]
   // kWin: key row x of the window tiles is key t0 - kC + x0 + x, R rows in all.
-  const int x0 = kWin ? window_first_key(a.window) : 0, R = 2 * kC - x0, kLdW = R + 8;
+  const int x0 = kWin ? window_first_key(a.window) : 0, R = 2 * kC - x0, kLdW = R + 8;  // at w = 32 two CTAs an SM
   bf16x* sQr = reinterpret_cast<bf16x*>(sBias + kC);  // kWin: [64][KT + 8]
   bf16x* sKr = sQr + kC * (KT + 8);                   // kWin: [R][KT + 8], the previous chunk's rows first
   bf16x* sVw = sKr + R * (KT + 8);                    // kWin: [R][VT + 8]
@@ -476,7 +471,7 @@ template <int KT, int VT, int MT, bool kWin>
 size_t output_smem(int window) {
   const size_t tiles = size_t(2 * kC * (KT + 8) + kC * (VT + 8) + KT * ld_m<MT> + MT * (VT + 8) + kC * kLdA +
                               kSwRows * ld_m<MT>) * 2;
-  const int R = 2 * kC - window_first_key(window);
+  const int R = window_rows(window);
   static_assert(kC * (2 * kC + 8) <= (kC + 2 * kC) * (KT + 8), "sPw fits over sQr and sKr");
   const size_t win = size_t(kC * (KT + 8) + R * (KT + 8) + R * (VT + 8)) * 2 + kC * sizeof(float);
   return tiles + size_t(2 * kC * ld_f<MT> + 2 * MT) * sizeof(float) + (kWin ? win : 0);

@@ -152,7 +152,7 @@ __device__ __forceinline__ void store_window_grad(const float (&acc)[1][NT][4], 
 
 // For the one-pass sum: the warp's 16 rows of scale * acc into the f32 tile st (row stride kStageLd),
 // which sum_window_rows reads row by row after a barrier.
-constexpr int kStageLd = 64 + 4;  // 64 x kStageLd floats fit the kernels' 64 x (2 kC + 8) bf16 tiles
+constexpr int kStageLd = 64 + 4;
 template <int NT>
 __device__ __forceinline__ void stage_window_grad(const float (&acc)[1][NT][4], float scale, float* st, int m0,
                                                   int lane) {
@@ -219,36 +219,50 @@ __device__ __forceinline__ void window_block(float (&s)[1][2][4], float (&dp)[1]
   warp_mma<1, 2, VT, false, true>(dp, dX, VT + 8, m0, dY, VT + 8, n0, lane);
 }
 
-constexpr int kDqLd = 2 * kC + 8;  // row stride of the dS tile over the 128 keys of the window kernel below
+// Rows first .. first + rows - 1 of a window tile (a multiple of 16, from t0 on) in 16-row pieces, with
+// cp.async: the window decides how many, and every piece is in flight before the kernel waits.
+template <int DT>
+__device__ __forceinline__ void load_window_rows_async(bf16x* s, const bf16x* head, int64_t row_stride, int t0,
+                                                       int rows, int T, int D) {
+  for (int r = 0; r < rows; r += 16)
+    chunk_mma::load_rows_async<16, DT, kThreads>(s + r * (DT + 8), head, row_stride, t0 + r, T, D);
+}
+
 template <int KT, int VT>
-constexpr size_t window_dq_smem() {
-  return size_t(2 * kC * (KT + 8) + 2 * kC * (VT + 8) + kC * (KT + 8) + kC * (VT + 8) + kC * kDqLd) * sizeof(bf16x) +
+size_t window_dq_smem(int window) {
+  const int R = window_rows(window);
+  return size_t(R * (KT + 8) + R * (VT + 8) + kC * (KT + 8) + kC * (VT + 8) + kC * (R + 8)) * sizeof(bf16x) +
          kC * sizeof(float);
 }
 
 // The window's query gradient (nha.md 5.3) query-major: one CTA per (chunk of 64 queries, b, kv head), each
 // warp owning 16 queries. The window keys of the chunk's queries are in the previous chunk and this one
-// (window <= 64); a warp forms only the 16-key blocks of the 128 that reach its queries (3 of 8 at w = 32):
+// (window <= 64), of which the tiles hold the R = window_rows rows from key t0 - kC + x0 on (x0 =
+// window_first_key); a warp forms only the 16-key blocks that reach its queries (3 of 6 at w = 32):
 // S = Qr Kr^T and dP = dO Vw^T on the tensor cores, P = exp(scale S - lse) inside the window, dS = P .*
 // (dP - delta) through the warp's rows of a bf16 tile, then dqr = scale dS Kr. Kr and Vw are loaded once
 // for the group's query heads. It was part of gsa's B3 until B3's code outgrew the instruction cache.
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, Dims d) {
+  const int x0 = window_first_key(a.window), R = window_rows(a.window), kDqLd = R + 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16x* sKr = reinterpret_cast<bf16x*>(smem);  // [128][KT + 8] the previous chunk's keys, then this one's
-  bf16x* sVw = sKr + 2 * kC * (KT + 8);         // [128][VT + 8]
-  bf16x* sQr = sVw + 2 * kC * (VT + 8);         // [64][KT + 8]
+  bf16x* sKr = reinterpret_cast<bf16x*>(smem);  // [R][KT + 8] the previous chunk's keys, then this one's
+  bf16x* sVw = sKr + R * (KT + 8);              // [R][VT + 8]
+  bf16x* sQr = sVw + R * (VT + 8);              // [64][KT + 8]
   bf16x* sDO = sQr + kC * (KT + 8);             // [64][VT + 8]
   bf16x* sdS = sDO + kC * (VT + 8);             // [64][kDqLd], each warp its 16 rows
   float* sL = reinterpret_cast<float*>(sdS + kC * kDqLd);  // [64] lse of the query rows
+  static_assert(kC * kStageLd * sizeof(float) <= kC * (KT + 8 + VT + 8) * sizeof(bf16x), "the stage fits sQr, sDO");
   const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
   // Keys before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
-  load_rows<2 * kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC, d.T, d.K, nullptr);
-  load_rows<2 * kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC, d.T, d.V, nullptr);
-  // Key column x of the 128 is at distance r + kC - x from query row r: the warp's rows see the 16-key
-  // blocks kb_lo .. kb_hi.
+  load_window_rows_async<KT>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC + x0, R, d.T, d.K);
+  load_window_rows_async<VT>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC + x0, R, d.T, d.V);
+  flash::cp_async_commit();
+  flash::cp_async_wait<0>();  // the head loop's first barrier makes them visible
+  // Key column x (of the 128 from t0 - kC, tile row x - x0) is at distance r + kC - x from query row r:
+  // the warp's rows see the 16-key blocks kb_lo .. kb_hi, kb_lo >= x0 / 16.
   const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
   for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
     __syncthreads();  // the previous head's readers of sQr, sDO, sL are done
@@ -266,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
     }
     for (int kb = kb_lo; kb <= kb_hi; ++kb) {
       float sw[1][2][4], dpw[1][2][4];
-      window_block<KT, VT>(sw, dpw, sQr, sKr, sDO, sVw, m0, 16 * kb, lane);
+      window_block<KT, VT>(sw, dpw, sQr, sKr, sDO, sVw, m0, 16 * kb - x0, lane);
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
@@ -280,19 +294,20 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
             const float p = in ? __expf(a.scale * sw[0][u][2 * hh + e] - sL[r]) : 0.f;
             ds[e] = p * (dpw[0][u][2 * hh + e] - delta[hh]);
           }
-          *reinterpret_cast<uint32_t*>(sdS + r * kDqLd + x) = pack_bf16(ds[0], ds[1]);
+          *reinterpret_cast<uint32_t*>(sdS + r * kDqLd + x - x0) = pack_bf16(ds[0], ds[1]);
         }
     }
     __syncwarp();  // the warp's dS rows
     float dq[1][KT / 8][4];
     zero(dq);
-    warp_mma_range<1, KT / 8, false, false>(dq, sdS, kDqLd, m0, sKr, KT + 8, 0, 16 * kb_lo, 16 * (kb_hi + 1), lane);
+    warp_mma_range<1, KT / 8, false, false>(dq, sdS, kDqLd, m0, sKr, KT + 8, 0, 16 * kb_lo - x0, 16 * (kb_hi + 1) - x0,
+                                            lane);
     const int64_t at = ((int64_t(b) * d.T + t0) * d.Hq + h) * d.K, stride = int64_t(d.Hq) * d.K;
     if (!a.sq.out) {
       store_window_grad(dq, a.scale, a.dqr, at, stride, n, d.K, m0, lane);
     } else {
-      float* st = reinterpret_cast<float*>(sdS);
-      __syncthreads();  // every warp's reads of sdS are done
+      float* st = reinterpret_cast<float*>(sQr);  // over sQr and sDO, reloaded after the next head's barrier
+      __syncthreads();  // every warp's reads of sQr, sDO and sdS are done
       stage_window_grad(dq, a.scale, st, m0, lane);
       __syncthreads();
       sum_window_rows(st, a.sq, at, stride, t0, n, d.K);
@@ -302,30 +317,31 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
 
 constexpr int kWinLd = 16 + 8;  // row stride of the per-warp P^T and dS^T tiles of one 16-query block
 template <int KT, int VT>
-constexpr size_t window_kv_smem() {
-  return size_t(kC * (KT + 8) + kC * (VT + 8) + 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + 2 * kC * kWinLd) *
-             sizeof(bf16x) +
-         4 * kC * sizeof(float);
+size_t window_kv_smem(int window) {
+  const int R = window_rows(window);
+  return size_t(kC * (KT + 8) + kC * (VT + 8) + R * (KT + 8) + R * (VT + 8) + 2 * kC * kWinLd) * sizeof(bf16x) +
+         2 * R * sizeof(float);
 }
 
 // The window's key and value gradients (nha.md 5.3) key-major, as the flash-attention backward: one CTA
 // per (chunk of 64 keys, b, kv head), each warp owning 16 keys; for every query head of the group the
-// queries that see those keys are the chunk's rows and the next chunk's (window <= 64), of which a warp
-// takes the 16-query blocks that reach its keys. Per block: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor
+// queries that see those keys are the chunk's rows and the next chunk's (window <= 64): the tiles hold the
+// R = window_rows of them from t0 on, of which a warp takes the 16-query blocks that reach its keys. Per block: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor
 // cores, P^T = exp(scale S^T - lse) inside the window, dS^T = P^T .* (dP^T - delta), then dV += P^T dO and
 // dKr += dS^T Qr with P^T, dS^T through the warp's own bf16 tiles. The sums stay in registers across
 // heads: no atomics, one write.
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, Dims d) {
+  const int R = window_rows(a.window);
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sKr = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8] the chunk's keys
   bf16x* sVw = sKr + kC * (KT + 8);             // [64][VT + 8]
-  bf16x* sQr = sVw + kC * (VT + 8);             // [128][KT + 8] the queries of the chunk and the next
-  bf16x* sDO = sQr + 2 * kC * (KT + 8);         // [128][VT + 8]
-  bf16x* sPt = sDO + 2 * kC * (VT + 8);         // [64][kWinLd] P^T, each warp its 16 rows
+  bf16x* sQr = sVw + kC * (VT + 8);             // [R][KT + 8] the queries of the chunk and the next
+  bf16x* sDO = sQr + R * (KT + 8);              // [R][VT + 8]
+  bf16x* sPt = sDO + R * (VT + 8);              // [64][kWinLd] P^T, each warp its 16 rows
   bf16x* sdSt = sPt + kC * kWinLd;              // [64][kWinLd] dS^T
-  float* sL = reinterpret_cast<float*>(sdSt + kC * kWinLd);  // [128] lse of the query rows
-  float* sD = sL + 2 * kC;                                   // [128] delta
+  float* sL = reinterpret_cast<float*>(sdSt + kC * kWinLd);  // [R] lse of the query rows
+  float* sD = sL + R;                                        // [R] delta
   const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
@@ -338,19 +354,20 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
   zero(dv);
   for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
     __syncthreads();  // the previous head's readers of sQr, sDO, sL, sD are done
-    load_rows<2 * kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
-                                    d.K, nullptr);
-    load_rows<2 * kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0,
-                                    d.T, d.V, nullptr);
-    for (int x = threadIdx.x; x < 2 * kC; x += kThreads) {
+    load_window_rows_async<KT>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, R, d.T, d.K);
+    load_window_rows_async<VT>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, R, d.T,
+                               d.V);
+    flash::cp_async_commit();
+    for (int x = threadIdx.x; x < R; x += kThreads) {
       const bool in = t0 + x < d.T;
       sL[x] = in ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
       sD[x] = in ? a.delta[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
     }
+    flash::cp_async_wait<0>();
     __syncthreads();
     // The warp's keys t0 + m0 .. + 15 are seen by the queries t0 + m0 .. t0 + m0 + 14 + window: the 16-query
-    // blocks qb_lo .. qb_hi of the 128 (the others hold only zeros of P^T and dS^T and are skipped).
-    const int qb_hi = min(halves * kC / 16 - 1, (m0 + 14 + a.window) / 16);
+    // blocks qb_lo .. qb_hi of the R (the others hold only zeros of P^T and dS^T and are skipped).
+    const int qb_hi = min(halves * kC / 16 - 1, (m0 + 14 + a.window) / 16);  // < R / 16
     for (int qb = warp; qb <= qb_hi; ++qb) {
       {
         float st[1][2][4], dpt[1][2][4];
@@ -384,8 +401,11 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
     store_window_grad(dv, 1.f, a.dv, at_v, int64_t(d.Hkv) * d.V, n, d.V, m0, lane);
     return;
   }
-  float* st_k = reinterpret_cast<float*>(sQr);  // the query tiles are free after the last head
-  float* st_v = reinterpret_cast<float*>(sDO);
+  // Every tile is free after the last head: the stages take the front of shared memory.
+  float* st_k = reinterpret_cast<float*>(smem);
+  float* st_v = st_k + kC * kStageLd;
+  static_assert(2 * kC * kStageLd * sizeof(float) <= (kC * (KT + 8 + VT + 8) * 2 + 2 * kC * kWinLd) * sizeof(bf16x),
+                "both stages fit the tiles at R = 64");
   __syncthreads();
   stage_window_grad(dk, a.scale, st_k, m0, lane);
   stage_window_grad(dv, 1.f, st_v, m0, lane);
@@ -460,11 +480,11 @@ void launch_window_kernels(const SlotAttentionArgs& a, const Tensor& lse, const 
   wa.scale = float(a.scale), wa.window = int(a.window);
   const dim3 grid(unsigned(d.NC), unsigned(B * Hkv));
   cudaStream_t stream = current_stream(a.q.device().index);
-  constexpr size_t qsmem = window_dq_smem<64, 64>();
+  const size_t qsmem = window_dq_smem<64, 64>(wa.window);
   chunk_mma::set_smem(nha_window_dq_kernel<64, 64>, qsmem);
   nha_window_dq_kernel<64, 64><<<grid, kThreads, qsmem, stream>>>(wa, d);
   HYB_CUDA_LAUNCH_CHECK("nha nha_window_dq_kernel", grid.x * grid.y, kThreads, qsmem);
-  constexpr size_t ksmem = window_kv_smem<64, 64>();
+  const size_t ksmem = window_kv_smem<64, 64>(wa.window);
   chunk_mma::set_smem(nha_window_kv_kernel<64, 64>, ksmem);
   nha_window_kv_kernel<64, 64><<<grid, kThreads, ksmem, stream>>>(wa, d);
   HYB_CUDA_LAUNCH_CHECK("nha nha_window_kv_kernel", grid.x * grid.y, kThreads, ksmem);
