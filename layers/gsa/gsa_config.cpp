@@ -54,7 +54,7 @@ const KeyTable kGsaKeys{"gsa", nullptr, {
     {.name = "chunk_size", .type = KeyType::integer, .default_value = 64, .check = check_chunk_size_16_32_64,
      .type_doc = "16, 32 or 64", .doc = "C of the chunked CUDA kernels (the CPU runs the recurrent form)"},
     {.name = "save_chunk_states", .type = KeyType::boolean, .default_value = false,
-     .doc = "keep the chunk memories (f32, 4 (K M + M V) bytes per 64 tokens and kv head) for the backward "
+     .doc = "keep the chunk memories (bf16, 2 (K M + M V) bytes per 64 tokens and kv head) for the backward "
             "instead of recomputing them (fused CUDA path)"},
 }};
 
