@@ -67,6 +67,14 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const bf16x* A
   }
 }
 
+// A hint: the 128-byte line at p into L2, for a load that comes long after and should not wait on DRAM.
+// (Host builds of the kernels, tools/kernel_emu, have no L2 to warm.)
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+#endif
+}
+
 // acc += A @ B over the reduction rows [k_begin, k_end) only (multiples of 16, at run time): products
 // with a causal operand (a masked score tile, a triangular inverse) skip the 16-wide steps where it
 // is zero, which gives the same bits.

@@ -583,6 +583,12 @@ __global__ void __launch_bounds__(kBwdThreads, kLocal && MT == 32 ? 2 : 1) gsa_b
   load_rows_async<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts,
                                        d.T - d.shift, d.V);
   load_head_async<KT, VT>(a, d, smem, j * d.G);
+  if constexpr (!kLocal) {  // dHkE, dHvE, read after the head loop, from DRAM into L2 meanwhile
+    const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V, lines = (KM + 63) / 64 + (MV + 63) / 64;
+    for (int64_t x = threadIdx.x; x < lines; x += kBwdThreads)
+      chunk_mma::prefetch_l2(x < (KM + 63) / 64 ? a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM + 64 * x
+                                            : a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV + 64 * (x - (KM + 63) / 64));
+  }
   HkRegs<KT, MT> hk;
   HvRegs<MT, VT> hv;
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
