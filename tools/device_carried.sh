@@ -6,8 +6,9 @@
 # Runs the [gpu] layer tests of the families in GPU_TAGS, `hybrid bench ops` on BENCH_FILTER, the
 # other [gpu] layer tests, `hybrid bench decode` and the PyTorch SDPA anchor, in that order (the
 # newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
-# NCU_CASES adds per-kernel times of chosen bench cases, ANCHORS the Triton anchors, GAPS_FILTER
-# a second timing with the launch latency counted, AB_ENV an A/B of a fused-path switch (below).
+# NCU_CASES adds per-kernel times of chosen bench cases, CLOCKS_CASE the clocks and power around one,
+# ANCHORS the Triton anchors, GAPS_FILTER a second timing with the launch latency counted, AB_ENV an A/B
+# of a fused-path switch (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -83,6 +84,23 @@ if [ -n "${AB_ENV:-}" ]; then
   echo "bench ops with $AB_ENV: rc $?"
 fi
 run_ncu
+# Clocks and power while one case runs alone CLOCKS_RUNS times, then with every case of its family
+# before it: CLOCKS_CASE="filter@shape" (e.g. "attention_causal_fwd_bwd@ T8192 "), nvidia-smi sampled
+# every 100 ms into $out/clocks.log beside the bench lines, to tell a slow run's clocks from its kernels.
+if [ -n "${CLOCKS_CASE:-}" ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv,noheader -lms 100 > "$out/clocks_smi.csv" 2>&1 &
+  smi=$!
+  for i in $(seq "${CLOCKS_RUNS:-3}"); do
+    echo "== alone, run $i, $(date +%T.%N)"
+    timeout 60 "$build/hybrid" bench ops --reps 25 --filter "${CLOCKS_CASE%%@*}" --shape "${CLOCKS_CASE#*@}" | tail -1
+  done >> "$out/clocks.log" 2>&1
+  { echo "== with the family, $(date +%T.%N)"
+    timeout 90 "$build/hybrid" bench ops --reps 25 --filter "${CLOCKS_CASE%%@*}" | tail -n +4; } >> "$out/clocks.log" 2>&1
+  kill "$smi"
+  echo "clocks: $(wc -l < "$out/clocks_smi.csv") samples"
+  cat "$out/clocks.log"
+fi
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
 for t in "$build"/test_*; do  # the CARRIED_TESTS of build_carried.sh
   [ "$(basename "$t")" = test_layers ] && continue
