@@ -96,7 +96,8 @@ if [ -n "${CLOCKS_CASE:-}" ]; then
     timeout 60 "$build/hybrid" bench ops --reps 25 --filter "${CLOCKS_CASE%%@*}" --shape "${CLOCKS_CASE#*@}" | tail -1
   done >> "$out/clocks.log" 2>&1
   { echo "== with the family, $(date +%T.%N)"
-    timeout 90 "$build/hybrid" bench ops --reps 25 --filter "${CLOCKS_CASE%%@*}" | tail -n +4; } >> "$out/clocks.log" 2>&1
+    timeout 90 "$build/hybrid" bench ops --reps 25 --filter "${CLOCKS_CASE%%@*}" | tail -n +4
+  } >> "$out/clocks.log" 2>&1
   kill "$smi"
   echo "clocks: $(wc -l < "$out/clocks_smi.csv") samples"
   cat "$out/clocks.log"

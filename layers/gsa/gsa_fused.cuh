@@ -50,6 +50,16 @@ void visit_slots(int64_t M, F&& f) {
 __host__ __device__ constexpr int window_first_key(int window) { return 16 * ((kC + 1 - window) / 16); }
 __host__ __device__ constexpr int window_rows(int window) { return 2 * kC - window_first_key(window); }
 
+// Rows t0 .. t0 + rows - 1 (rows a multiple of 16) of a window tile in 16-row pieces with cp.async (as
+// chunk_mma::load_rows_async): the window decides how many, and every piece is in flight before the
+// kernel waits.
+template <int DT>
+__device__ __forceinline__ void load_window_rows_async(bf16x* s, const bf16x* head, int64_t row_stride, int t0,
+                                                       int rows, int T, int D) {
+  for (int r = 0; r < rows; r += 16)
+    chunk_mma::load_rows_async<16, DT, kThreads>(s + r * (DT + 8), head, row_stride, t0 + r, T, D);
+}
+
 // shift: the slot stream (k, v, s, g in, dk, dv, ds, dg out) is the token stream moved down by shift rows
 // (nha's token shift): position u holds token u - shift, and positions u < shift read k = v = 0, s = 0
 // (nothing written), g = 0 (no decay) without a memory access, so the memory after position u is the one

@@ -203,10 +203,10 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT, kLocal>());  // [64][kLdF] b
   float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
   float* sRef = sS + kC * kLdF;                           // [MT]
-  float* sSc = sRef + MT;                                // [MT] exp(ref)
-  float* sL = sSc + MT;                                  // [64] lse of the head's rows
+  float* sSc = sRef + MT;                                 // [MT] exp(ref)
+  float* sL = sSc + MT;                                   // [64] lse of the head's rows
   float* sTail = sL + kC;                                 // [kParts + 1][MT] parts of the tail of dG
-  float* sPart = sTail + (kParts + 1) * MT;                         // [2][64] each column half's row sums of P .* dP
+  float* sPart = sTail + (kParts + 1) * MT;               // [2][64] each column half's row sums of P .* dP
   float4* sDB = reinterpret_cast<float4*>(sPart + 2 * kC);  // [kBwdWarps][kHalf / 8][32] dB, fragment order
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = (warp % 4) * 16, half = warp / 4;
@@ -584,10 +584,11 @@ __global__ void __launch_bounds__(kBwdThreads, kLocal && MT == 32 ? 2 : 1) gsa_b
                                        d.T - d.shift, d.V);
   load_head_async<KT, VT>(a, d, smem, j * d.G);
   if constexpr (!kLocal) {  // dHkE, dHvE, read after the head loop, from DRAM into L2 meanwhile
-    const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V, lines = (KM + 63) / 64 + (MV + 63) / 64;
-    for (int64_t x = threadIdx.x; x < lines; x += kBwdThreads)
-      chunk_mma::prefetch_l2(x < (KM + 63) / 64 ? a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM + 64 * x
-                                            : a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV + 64 * (x - (KM + 63) / 64));
+    const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V, lk = (KM + 63) / 64, lv = (MV + 63) / 64;
+    const bf16x* dhk = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
+    const bf16x* dhv = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
+    for (int64_t x = threadIdx.x; x < lk + lv; x += kBwdThreads)  // a 128-byte line (64 elements) a thread
+      chunk_mma::prefetch_l2(x < lk ? dhk + 64 * x : dhv + 64 * (x - lk));
   }
   HkRegs<KT, MT> hk;
   HvRegs<MT, VT> hv;
@@ -669,7 +670,8 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     visit_slots(d.M, [&](auto mt) {
       constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
-      const size_t smem_local = backward_smem_fixed<KT, VT, MT, true>(), smem = backward_smem_fixed<KT, VT, MT, false>();
+      const size_t smem_local = backward_smem_fixed<KT, VT, MT, true>();
+      const size_t smem = backward_smem_fixed<KT, VT, MT, false>();
       set_smem(gsa_backward_kernel<KT, VT, MT, true>, smem_local);
       gsa_backward_kernel<KT, VT, MT, true><<<grid, kBwdThreads, smem_local, stream>>>(a, d);  // B1
       HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem_local);

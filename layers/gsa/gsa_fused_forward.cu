@@ -175,13 +175,13 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
   bf16x* sHk = sV + kC * (VT + 8);              // [KT][kLdM]
   bf16x* sHv = sHk + KT * kLdM;                 // [MT][VT + 8]
-  bf16x* sA = sHv + MT * (VT + 8);             // [64][kLdA]  A1, then A2
+  bf16x* sA = sHv + MT * (VT + 8);              // [64][kLdA]  A1, then A2
   bf16x* sSw = sA + kC * kLdA;                  // [kSwRows][kLdM]: Sp (fast) or the per-warp Sw (fallback)
   float* sB = reinterpret_cast<float*>(sSw + kSwRows * kLdM);  // [64][kLdF]
   float* sS = sB + kC * kLdF;                                  // [64][kLdF]
   float* sRef = sS + kC * kLdF;                                // [MT] (sLo, then the reference)
-  float* sHi = sRef + MT;                                     // [MT] (sHi, then the scale exp(ref))
-  float* sBias = sHi + MT;                                    // [kC] kWin: bias[h, dist]
+  float* sHi = sRef + MT;                                      // [MT] (sHi, then the scale exp(ref))
+  float* sBias = sHi + MT;                                     // [kC] kWin: bias[h, dist]
   // kWin: key row x of the window tiles is key t0 - kC + x0 + x, R rows in all.
   const int x0 = kWin ? window_first_key(a.window) : 0, R = 2 * kC - x0, kLdW = R + 8;  // at w = 32 two CTAs an SM
   bf16x* sQr = reinterpret_cast<bf16x*>(sBias + kC);  // kWin: [64][KT + 8]
@@ -204,14 +204,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
                                       d.K);
     // The previous chunk's keys and this one's; rows before token 0 are zeros, so that the masked products
     // stay 0 (not 0 * NaN).
-    for (int x = x0; x < kC; x += 16) {
-      load_rows_async<16, KT, kThreads>(sKr + (x - x0) * (KT + 8), a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC + x,
-                                        d.T, d.K);
-      load_rows_async<16, VT, kThreads>(sVw + (x - x0) * (VT + 8), a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC + x,
-                                        d.T, d.V);
-    }
-    load_rows_async<kC, KT, kThreads>(sKr + (kC - x0) * (KT + 8), a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K);
-    load_rows_async<kC, VT, kThreads>(sVw + (kC - x0) * (VT + 8), a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V);
+    load_window_rows_async<KT>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC + x0, R, d.T, d.K);
+    load_window_rows_async<VT>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC + x0, R, d.T, d.V);
     if (threadIdx.x < kC)
       sBias[threadIdx.x] =
           a.bias && threadIdx.x < a.window ? __bfloat162float(a.bias[int64_t(h) * a.nb + threadIdx.x]) : 0.f;

@@ -219,15 +219,6 @@ __device__ __forceinline__ void window_block(float (&s)[1][2][4], float (&dp)[1]
   warp_mma<1, 2, VT, false, true>(dp, dX, VT + 8, m0, dY, VT + 8, n0, lane);
 }
 
-// Rows first .. first + rows - 1 of a window tile (a multiple of 16, from t0 on) in 16-row pieces, with
-// cp.async: the window decides how many, and every piece is in flight before the kernel waits.
-template <int DT>
-__device__ __forceinline__ void load_window_rows_async(bf16x* s, const bf16x* head, int64_t row_stride, int t0,
-                                                       int rows, int T, int D) {
-  for (int r = 0; r < rows; r += 16)
-    chunk_mma::load_rows_async<16, DT, kThreads>(s + r * (DT + 8), head, row_stride, t0 + r, T, D);
-}
-
 template <int KT, int VT>
 size_t window_dq_smem(int window) {
   const int R = window_rows(window);
@@ -326,10 +317,10 @@ size_t window_kv_smem(int window) {
 // The window's key and value gradients (nha.md 5.3) key-major, as the flash-attention backward: one CTA
 // per (chunk of 64 keys, b, kv head), each warp owning 16 keys; for every query head of the group the
 // queries that see those keys are the chunk's rows and the next chunk's (window <= 64): the tiles hold the
-// R = window_rows of them from t0 on, of which a warp takes the 16-query blocks that reach its keys. Per block: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor
-// cores, P^T = exp(scale S^T - lse) inside the window, dS^T = P^T .* (dP^T - delta), then dV += P^T dO and
-// dKr += dS^T Qr with P^T, dS^T through the warp's own bf16 tiles. The sums stay in registers across
-// heads: no atomics, one write.
+// R = window_rows of them from t0 on, of which a warp takes the 16-query blocks that reach its keys. Per
+// block: S^T = Kr Qr^T and dP^T = Vw dO^T on the tensor cores, P^T = exp(scale S^T - lse) inside the
+// window, dS^T = P^T .* (dP^T - delta), then dV += P^T dO and dKr += dS^T Qr with P^T, dS^T through the
+// warp's own bf16 tiles. The sums stay in registers across heads: no atomics, one write.
 template <int KT, int VT>
 __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, Dims d) {
   const int R = window_rows(a.window);
