@@ -8,7 +8,7 @@
 # newest kernels first, in case the device time runs out), each under its own timeout; logs under $OUT.
 # NCU_CASES adds per-kernel times of chosen bench cases, CLOCKS_CASE the clocks and power around one,
 # ANCHORS the Triton anchors, GAPS_FILTER a second timing with the launch latency counted, AB_ENV an A/B
-# of a fused-path switch (below).
+# of a fused-path switch, SANITIZE_TAGS compute-sanitizer over some families' [gpu] tests (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$(pwd)/device-out}
@@ -103,6 +103,16 @@ if [ -n "${CLOCKS_CASE:-}" ]; then
   cat "$out/clocks.log"
 fi
 run_tag "[gpu]$first" "${REST_TIMEOUT:-40}"
+# compute-sanitizer's memcheck and racecheck over the [gpu] tests of the families in SANITIZE_TAGS
+# (e.g. "nha gsa"): shared-memory layouts and barriers of changed kernels. Whole outputs in $out.
+for tag in ${SANITIZE_TAGS:-}; do
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/test_layers" \
+      "[$tag][gpu]" > "$out/sanitize_${tag}_$tool.log" 2>&1
+    echo "compute-sanitizer $tool [$tag][gpu]: rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+      "$out/sanitize_${tag}_$tool.log" | tail -1)"
+  done
+done
 for t in "$build"/test_*; do  # the CARRIED_TESTS of build_carried.sh
   [ "$(basename "$t")" = test_layers ] && continue
   echo "===== $(basename "$t") [gpu]" >> "$tests_log"
