@@ -820,6 +820,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(Sizes z, R
         l += e;
       }
       l = warp_reduce(l, SumOp{});
+      __syncwarp();  // every lane has read rmax[i] before lane 0 rewrites it (racecheck counts no shuffle)
       if (lane == 0) {
         const float alpha = expf(mold - ref);
         rsum[i] = rsum[i] * alpha + l;
