@@ -191,7 +191,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   bf16x* sDO = sV + kC * (VT + 8);              // [64][VT + 8]
   bf16x* sHk = sDO + kC * (VT + 8);             // [KT][kLdM]   HkS .*c exp(ref), at the end dHkE
   bf16x* sHv = sHk + KT * kLdM;                 // [MT][VT + 8] exp(ref) .*r HvS, at the end dHvE
-  bf16x* sSp = sHv + MT * (VT + 8);            // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
+  bf16x* sSp = sHv + MT * (VT + 8);             // [64][kLdM]   Sp (fallback: P), at the end S .* Rem
   bf16x* sA1 = sSp + kC * kLdM;                 // [64][kLdA] x 2: A1, dA2
   bf16x* sdA2 = sA1 + kC * kLdA;
   bf16x* sPe = sdA2 + kC * kLdA;                // [64][kLdM] Pe (B3 fallback: dZ)
