@@ -446,7 +446,7 @@ std::vector<BenchCase> make_cases(const std::string& filter) {
   }
   // gsa m = 64 and nha m = 32, w = 32 (token shift 32, RoPE on the window) fwd+bwd, B*T = 32768,
   // Hq = Hkv = 16, head dims 64, bf16 with s and g in f32 (gsa.md 4.6 and 4.8, nha.md 6).
-  if (want({"gsa_fwd_bwd", "gsa_fwd_bwd_kept", "nha_fwd_bwd"})) {
+  if (want({"gsa_fwd_bwd", "gsa_fwd_bwd_kept", "nha_fwd_bwd", "nha_fwd_bwd_kept", "nha_fwd_bwd_kept_qk"})) {
     // FLOPs: gsa.md 4.6's tile units (fwd 8, bwd 22 units of 8192 per token-head); nha.md 6's dense
     // tiles (fwd 65.5 kFLOP per token-head, bwd 2x fwd + one state recompute). Bytes: the minimal
     // fused traffic: fwd reads q, k, v, s, g and writes o, lse; bwd reads those, dO and lse and writes
@@ -474,16 +474,21 @@ std::vector<BenchCase> make_cases(const std::string& filter) {
                              }});
           }
         } else {
-          NhaParams p;
-          p.window = 32;
-          p.shift = 32;
-          p.rope_table = rope_table(10000.0, 64, T, std::nullopt, Device::cuda(0));  // a layer's cached table
-          cases.push_back({"nha_fwd_bwd", str_cat("B", B, " T", T, " H", H, " D 64 M", M, " w32 bf16"), bytes,
-                           fwd + bwd, [=] {
-                             NhaSaved sv;
-                             nha_forward(q, k, v, s, g, Tensor(), Tensor(), Tensor(), p, &sv);
-                             nha_backward(sv, dout, Tensor(), Tensor(), GradMask{31});
-                           }});
+          // The op's default, then save_chunk_states, then that and save_window_qk (the rotated q, k kept).
+          for (int keep : {0, 1, 2}) {
+            NhaParams p;
+            p.window = 32;
+            p.shift = 32;
+            p.rope_table = rope_table(10000.0, 64, T, std::nullopt, Device::cuda(0));  // a layer's cached table
+            p.save_chunk_states = keep >= 1;
+            p.save_window_qk = keep == 2;
+            cases.push_back({keep == 0 ? "nha_fwd_bwd" : keep == 1 ? "nha_fwd_bwd_kept" : "nha_fwd_bwd_kept_qk",
+                             str_cat("B", B, " T", T, " H", H, " D 64 M", M, " w32 bf16"), bytes, fwd + bwd, [=] {
+                               NhaSaved sv;
+                               nha_forward(q, k, v, s, g, Tensor(), Tensor(), Tensor(), p, &sv);
+                               nha_backward(sv, dout, Tensor(), Tensor(), GradMask{31});
+                             }});
+          }
         }
       }
   }

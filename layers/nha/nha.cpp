@@ -41,6 +41,8 @@ NhaConfig nha_config_from_json(const json& m) {
   c.use_short_conv = m.at("use_short_conv").get<bool>();
   c.conv_size = m.at("conv_size").get<int64_t>();
   c.emit_long_ratio = m.at("emit_long_ratio").get<bool>();
+  c.save_chunk_states = m.at("save_chunk_states").get<bool>();
+  c.save_window_qk = m.at("save_window_qk").get<bool>();
   c.slot_swish = m.at("slot_feature_map").get<std::string>() == "swish";
   return c;
 }
@@ -162,6 +164,8 @@ Var NhaMixer::attend(const OpInputs& in, NhaState* st) {
   p.rope_theta = cfg_.rope_theta;
   if (p.rope) p.rope_table = rope_table_to(T, in.q.device());
   p.long_ratio = cfg_.emit_long_ratio && cfg_.fusion == "softmax";
+  p.save_chunk_states = cfg_.save_chunk_states;
+  p.save_window_qk = cfg_.save_window_qk;
   const Var bias = pos_bias_.defined() ? compute_view(pos_bias_, dt) : Var();
   // The slots read q_slot, k_slot when the feature map sets them; the window always reads q, k.
   const bool apart = in.q_slot.defined();

@@ -25,7 +25,8 @@ struct NhaConfig {
   double fusion_weight = 0.5;
   std::string pos_enc = "rope_short";  // rope_short | rope_short_long | none | learned_short
   double rope_theta = 10000.0, scale = 0.125, gate_logit_normalizer = 8.0, output_norm_eps = 1e-5;
-  bool value_silu = true, use_short_conv = false, emit_long_ratio = false;
+  bool value_silu = true, use_short_conv = false, emit_long_ratio = false, save_chunk_states = false;
+  bool save_window_qk = false;
   bool slot_swish = false;  // slot_feature_map "swish": silu on the slots' q and k, the window's raw (nha.md 8.5)
   int64_t conv_size = 4;
 

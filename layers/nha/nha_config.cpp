@@ -1,7 +1,9 @@
 // The NHA mixer's keys (nha.md 10) and its rules. Departures from the spec's table: d_model is a key
 // like every other family's; num_kv_heads and value_head_dim accept null (num_heads, head_dim);
 // value_act takes "silu" or "none"; slot_feature_map "swish" (the 2026 refactor) is refused with
-// pos_enc "rope_short_long", where neither the paper nor the official code says which comes first.
+// pos_enc "rope_short_long", where neither the paper nor the official code says which comes first;
+// save_chunk_states (gsa.md 8's key) and save_window_qk, not in nha.md, trade activation memory for the
+// backward's recompute.
 #include "layers/nha/nha_config.h"
 
 #include <cmath>
@@ -57,6 +59,12 @@ const KeyTable kNhaKeys{"nha", nullptr, {
      .type_doc = "16, 32 or 64", .doc = "C of the chunked CUDA kernel (the CPU runs the recurrent form)"},
     {.name = "emit_long_ratio", .type = KeyType::boolean, .default_value = false,
      .doc = "keep omega_L (the slots' share of the attention mass) per token and head for eval"},
+    {.name = "save_chunk_states", .type = KeyType::boolean, .default_value = false,
+     .doc = "keep the chunk memories (bf16, 2 (D M + M Dv) bytes per 64 tokens and kv head) for the backward "
+            "instead of recomputing them (fused CUDA path; gsa's key)"},
+    {.name = "save_window_qk", .type = KeyType::boolean, .default_value = false,
+     .doc = "keep the window's RoPE'd q and k (the size of q and k) for the backward instead of rotating them again "
+            "(CUDA)"},
 }};
 
 void resolve_nha_config(Json& mixer, const LayerConfigContext& ctx) {

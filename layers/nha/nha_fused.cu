@@ -421,7 +421,7 @@ bool nha_fused_supported(const Tensor& q, const NhaDims& d) {
   return need <= size_t(chunk_mma::max_smem(q.device().index));
 }
 
-NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a) {
+NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a, bool keep_states) {
   using chunk_mma::bp;
   using chunk_mma::rows16;
   const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
@@ -442,6 +442,7 @@ NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a) {
   fa.bias = bias.defined() ? bp(bias) : nullptr;
   fa.window = int(a.window), fa.nb = bias.defined() ? int(bias.size(1)) : 0;
   forward_output(fa, d, stream);
+  if (keep_states) r.chunk_HK = st.Hk, r.chunk_HV = st.Hv, r.chunk_decay = st.decay;
   return r;
 }
 
@@ -553,7 +554,7 @@ Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTabl
 }
 
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o0,
-                                     const Tensor& dout0, const Tensor& dHK, const Tensor& dHV) {
+                                     const Tensor& dout0, const Tensor& dHK, const Tensor& dHV, const NhaSaved& kept) {
   const Tensor o = chunk_mma::rows16(o0), dout = chunk_mma::rows16(dout0);
   const int64_t rows = a.q.size(0) * a.q.size(1) * a.q.size(2), V = a.v.size(3);
   const Tensor delta = Tensor::empty({a.q.size(0), a.q.size(1), a.q.size(2)}, DType::f32, a.q.device());
@@ -568,7 +569,7 @@ NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& l
   }
   GsaParams p;
   p.scale = a.scale;
-  const GsaSaved sv{a.q, a.k, a.v, a.s, a.g, a.HK0, a.HV0, p, lse};
+  const GsaSaved sv{a.q, a.k, a.v, a.s, a.g, a.HK0, a.HV0, p, lse, kept.chunk_HK, kept.chunk_HV, kept.chunk_decay};
   auto f32 = [](const Tensor& x) { return x.defined() ? x.to(DType::f32) : Tensor(); };
   return {gsa_backward_fused(sv, dout, f32(dHK), f32(dHV), GradMask{127}, delta, a.shift), delta};
 }

@@ -25,11 +25,12 @@ struct NhaFusedOut {
   Tensor o;       // (B, T, Hq, Dv) bf16
   Tensor HK, HV;  // the memory seen by the last query (B, Hkv, D, M), (B, Hkv, M, Dv) f32
   Tensor lse;     // (B, T, Hq) f32: log normaliser of each query's joint softmax (slots and window)
+  Tensor chunk_HK, chunk_HV, chunk_decay;  // with keep_states: NhaSaved's (nha_op.h)
 };
 
 bool nha_fused_supported(const Tensor& q, const NhaDims& d);
 // a: the slot-attention arguments of the op (window and shift resolved, qr and kr the window side).
-NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a);
+NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a, bool keep_states = false);
 // The slot side of the backward at the unshifted token positions: dq (raw q), dk, dv (bf16), ds, dg and
 // the initial-memory gradients (f32). lse, o: the forward's; dHK, dHV: final-memory gradients or undefined.
 // delta = rowsum(dO .* O) (B, T, Hq) f32, which the window side needs too.
@@ -58,7 +59,8 @@ NhaWindowSum nha_window_sum_fused(const SlotAttentionArgs& a, const Tensor& lse,
 // fp32 add and a cast back would be four. base (B, T, H, D) bf16, win f32, both contiguous; rope null for
 // none (dv), else the window's table with token t at position offset + t.
 Tensor nha_add_window_grad(const Tensor& base, const Tensor& win, const RopeTable* rope, int64_t offset);
+// kept: the forward's chunk memories (NhaSaved::chunk_HK, ...; undefined: recomputed, the same bits).
 NhaSlotGrads nha_slot_backward_fused(const SlotAttentionArgs& a, const Tensor& lse, const Tensor& o,
-                                     const Tensor& dout, const Tensor& dHK, const Tensor& dHV);
+                                     const Tensor& dout, const Tensor& dHK, const Tensor& dHV, const NhaSaved& kept);
 
 }  // namespace hyb

@@ -96,10 +96,12 @@ RopeTable rope_table_for(const Tensor& q, const NhaParams& p, const NhaDims& d) 
   return rope_table(p.rope_theta, d.D, p.rope_offset + d.T, std::nullopt, q.device());
 }
 
-// The resolved window and shift, and the window-side q and k rotated as the CPU reference does.
+// The resolved window and shift, and the window-side q and k rotated as the CPU reference does (or
+// the forward's rotation, kept_qr and kept_kr, when defined).
 SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& s, const Tensor& g,
                             const Tensor& HK0, const Tensor& HV0, const Tensor& bias, const NhaParams& p,
-                            const NhaDims& d, const NhaWindowSide& win) {
+                            const NhaDims& d, const NhaWindowSide& win, const Tensor& kept_qr = Tensor(),
+                            const Tensor& kept_kr = Tensor()) {
   SlotAttentionArgs a;
   auto cont = [](const Tensor& x) { return x.defined() ? x.contiguous() : Tensor(); };
   a.q = q.contiguous(), a.k = k.contiguous(), a.v = v.contiguous();
@@ -107,7 +109,9 @@ SlotAttentionArgs cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, c
   a.scale = p.scale ? *p.scale : 1.0 / std::sqrt(double(d.D));
   a.window = d.window;
   a.shift = d.shift;
-  if (d.window > 0) {
+  if (d.window > 0 && kept_qr.defined() && kept_kr.defined()) {
+    a.qr = kept_qr, a.kr = kept_kr;
+  } else if (d.window > 0) {
     const Tensor qw = win.separate ? win.q.contiguous() : a.q, kw = win.separate ? win.k.contiguous() : a.k;
     if (p.rope) {
       const RopeTable tab = rope_table_for(q, p, d);
@@ -131,13 +135,21 @@ NhaOutputs nha_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 #if HYBRID_CUDA
   if (q.is_cuda() && !p.long_ratio && nha_fused_supported(q, d)) {
     // o and the joint lse are what the slot-attention backward reads (nha_backward below).
-    NhaFusedOut y = nha_forward_fused(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win));
-    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o};
+    const SlotAttentionArgs a = cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win);
+    NhaFusedOut y = nha_forward_fused(a, saved && p.save_chunk_states);
+    if (saved) {
+      *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o, y.chunk_HK, y.chunk_HV, y.chunk_decay};
+      if (p.save_window_qk) saved->window_qr = a.qr, saved->window_kr = a.kr;
+    }
     return {y.o, y.HK, y.HV, Tensor()};
   }
   if (q.is_cuda()) {
-    SlotAttentionOut y = slot_attention_forward_cuda(cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win), p.long_ratio);
-    if (saved) *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o};
+    const SlotAttentionArgs a = cuda_args(q, k, v, s, g, HK0, HV0, bias, p, d, win);
+    SlotAttentionOut y = slot_attention_forward_cuda(a, p.long_ratio);
+    if (saved) {
+      *saved = {q, k, v, s, g, HK0, HV0, bias, q_window, k_window, p, y.lse, y.o};
+      if (p.save_window_qk) saved->window_qr = a.qr, saved->window_kr = a.kr;
+    }
     return {y.o, y.HK, y.HV, y.long_ratio};
   }
 #endif
@@ -160,7 +172,8 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
   if (s.q.is_cuda()) {
     const NhaParams& p = s.params;
     const NhaWindowSide win = nha_window_side("nha_backward", s.q, s.k, s.q_window, s.k_window);
-    const SlotAttentionArgs a = cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d, win);
+    const SlotAttentionArgs a =
+        cuda_args(s.q, s.k, s.v, s.s, s.g, s.HK0, s.HV0, s.bias, p, d, win, s.window_qr, s.window_kr);
     Tensor lse = s.lse, o = s.o;
     if (!lse.defined()) {  // a record without them (from the CPU forward) reruns the forward
       if (nha_fused_supported(s.q, d)) {
@@ -177,7 +190,7 @@ NhaGrads nha_backward(const NhaSaved& s, const Tensor& dout, const Tensor& dHK, 
       // from the joint lse and o. Without a bias (at D, Dv <= 64) the window's gradients come from the
       // two window kernels; else the window side is the slot-attention backward without slots.
       const bool window_fused = nha_window_fused(a);
-      const NhaSlotGrads ns = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV);
+      const NhaSlotGrads ns = nha_slot_backward_fused(a, lse, o, dout, dHK, dHV, s);
       const GsaGrads& sg = ns.slot;
       if (window_fused && !win.separate) {
         // Each gradient in one pass: the slot side's bf16 plus the window side's f32 turned back

@@ -39,6 +39,13 @@ struct NhaParams {
   // T x D/2 cosines and sines in fp64 plus a copy, which at T = 16k costs more than the kernels.
   std::optional<RopeTable> rope_table;
   bool long_ratio = false;      // also return omega_L = sum_i p_t,i (nha.md 2.6)
+  // The fused CUDA path keeps its chunk-start memories for the backward instead of recomputing them, as
+  // gsa's (gsa_op.h): bf16, 2 (D M + M Dv) bytes per 64 tokens and kv head (67 MB at B T 32768, Hkv 16,
+  // D = Dv = 64, M = 32).
+  bool save_chunk_states = false;
+  // The CUDA path keeps the window's RoPE'd q and k (the shapes of q and k, their dtype) for the backward
+  // instead of rotating them again: two passes over q and k fewer for their size in activations.
+  bool save_window_qk = false;
 };
 
 struct NhaDims {
@@ -66,9 +73,13 @@ struct NhaSaved {        // exactly what nha_backward reads
   NhaParams params;
   Tensor lse;            // CUDA only: (B, T, Hq) f32 log normaliser of each query's joint softmax
   Tensor o;              // CUDA only: (B, T, Hq, Dv) the output, for delta = <dO, o> (nha.md 5.3)
+  // The fused path's chunk-start memories and chunk decays with params.save_chunk_states (GsaSaved's, on
+  // the shifted slot stream); else undefined.
+  Tensor chunk_HK{}, chunk_HV{}, chunk_decay{};
+  Tensor window_qr{}, window_kr{};  // CUDA with params.save_window_qk and a window: the rotated q and k; else undefined
   // Not saved: the logits, the softmax and the memories (T D M per kv head). The CPU backward reruns
-  // the forward per (b, kv head); the CUDA backward recomputes the chunk-start memories and rebuilds
-  // the probabilities from lse (nha.md 5.3).
+  // the forward per (b, kv head); the CUDA backward recomputes the chunk-start memories (unless kept) and
+  // rebuilds the probabilities from lse (nha.md 5.3).
 };
 
 struct NhaGrads {

@@ -315,7 +315,7 @@ void run_nha(const NhaCase& c) {
   a.s = as(s, DType::f32), a.g = as(g, DType::f32), a.HK0 = as(Hk0, DType::f32), a.HV0 = as(Hv0, DType::f32);
   a.qr = as(qr, DType::bf16), a.kr = as(kr, DType::bf16), a.bias = as(bias, DType::bf16);
   a.scale = *p.scale, a.window = window, a.shift = shift;
-  const NhaFusedOut got = nha_forward_fused(a);
+  const NhaFusedOut got = nha_forward_fused(a, true);
   check("o", got.o, ref.o);
   check("HK", got.HK, ref.HK);
   check("HV", got.HV, ref.HV);
@@ -327,8 +327,17 @@ void run_nha(const NhaCase& c) {
   const NhaSaved rs{q, k, v, s, g, Hk0, Hv0, bias, q, k, p, Tensor(), Tensor()};
   const NhaGrads rg = nha_backward_cpu(rs, dout, dHK, dHV, GradMask{1023});
   const NhaSlotGrads ng = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
-                                                  as(dHV, DType::f32));
+                                                  as(dHV, DType::f32), NhaSaved{});
   const GsaGrads& fg = ng.slot;
+  NhaSaved kept{};
+  kept.chunk_HK = got.chunk_HK, kept.chunk_HV = got.chunk_HV, kept.chunk_decay = got.chunk_decay;
+  const GsaGrads kg = nha_slot_backward_fused(a, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
+                                              as(dHV, DType::f32), kept).slot;
+  const bool same_kept = same_values(fg.dq, kg.dq) && same_values(fg.dk, kg.dk) && same_values(fg.dv, kg.dv) &&
+                         same_values(fg.ds, kg.ds) && same_values(fg.dg, kg.dg) &&
+                         same_values(fg.dHk0, kg.dHk0) && same_values(fg.dHv0, kg.dHv0);
+  all_ok = all_ok && same_kept;
+  std::printf("  the kept chunk memories give the same slot gradients: %s\n", same_kept ? "yes" : "NO  FAIL");
   if (nha_window_fused(a)) {
     // The window kernels: dqr query-major; dkr, and dv with the slot side's part added, key-major.
     const SlotAttentionGrads wk = nha_window_grads_fused(a, got.lse, ng.delta, as(dout, DType::bf16));
@@ -368,7 +377,7 @@ void run_nha(const NhaCase& c) {
   copied.k = moved_rows(a.k, shift, false), copied.v = moved_rows(a.v, shift, false);
   copied.s = moved_rows(a.s, shift, false), copied.g = moved_rows(a.g, shift, false), copied.shift = 0;
   const GsaGrads cg = nha_slot_backward_fused(copied, got.lse, got.o, as(dout, DType::bf16), as(dHK, DType::f32),
-                                              as(dHV, DType::f32)).slot;
+                                              as(dHV, DType::f32), NhaSaved{}).slot;
   const bool same = same_values(fg.dq, cg.dq) && same_values(fg.dk, moved_rows(cg.dk, shift, true)) &&
                     same_values(fg.dv, moved_rows(cg.dv, shift, true)) &&
                     same_values(fg.ds, moved_rows(cg.ds, shift, true)) &&

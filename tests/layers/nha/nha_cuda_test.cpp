@@ -8,7 +8,7 @@
 // windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
 // NHA mixer decoding on CUDA (the decode kernel on the slots and a ring of w tokens, after a parallel
 // prefill or from the first token) equals its parallel forward in every ablation that changes the op
-// calls. The fused bf16 path (window <= 64) on its own cases.
+// calls. The fused bf16 path (window <= 64) on its own cases, with the chunk memories kept or not.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -178,11 +178,14 @@ TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu referenc
   // backward on gsa's fused kernels; the window side on slot attention's with a bias or D, Dv > 64, else
   // B3's dq and nha_window_kv_kernel's dk, dv): T below the window and off the chunk, GQA, strong gates
   // past the mid-reference guard, shift apart from the window, head dims up to 128, windows 1, 17, 32, 64
-  // without a bias.
+  // without a bias; RoPE from position 0 and further on; the chunk memories (save_chunk_states) and the
+  // rotated window q, k (save_window_qk) kept from the forward for the backward.
   struct Case {
     int64_t B, T, Hq, Hkv, D, Dv, M, window, shift;
     bool rope, states, bias;
     double glo;  // gates uniform in [glo, -0.01]
+    bool keep_states = false, keep_qk = false;
+    int64_t rope_offset = 0;
   };
   for (const Case& c : {Case{2, 20, 4, 2, 16, 16, 8, 32, 32, true, true, true, -0.9},
                         Case{2, 150, 4, 2, 64, 64, 32, 32, 32, true, true, false, -0.9},
@@ -193,9 +196,14 @@ TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu referenc
                         Case{1, 64, 2, 2, 16, 16, 5, 64, 100, true, true, false, -0.9},
                         Case{2, 20, 4, 2, 16, 16, 8, 32, 32, true, true, false, -0.9},
                         Case{1, 100, 2, 1, 24, 40, 16, 17, 5, true, false, false, -4.0},
-                        Case{2, 70, 2, 1, 32, 64, 8, 1, 0, false, true, false, -0.3}}) {
+                        Case{2, 70, 2, 1, 32, 64, 8, 1, 0, false, true, false, -0.3},
+                        Case{2, 150, 4, 2, 64, 64, 32, 32, 32, true, true, false, -0.9, true, true, 37},
+                        Case{1, 150, 2, 2, 64, 64, 64, 64, 64, true, false, false, -10.0, true, false},
+                        Case{1, 100, 2, 1, 24, 40, 16, 17, 5, true, true, true, -4.0, false, true, 1000}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " Hq " << c.Hq << " Hkv " << c.Hkv << " D " << c.D << " Dv " << c.Dv
-                         << " M " << c.M << " w " << c.window << " shift " << c.shift << " g >= " << c.glo) {
+                         << " M " << c.M << " w " << c.window << " shift " << c.shift << " g >= " << c.glo
+                         << (c.keep_states ? " kept states" : "") << (c.keep_qk ? " kept q~ k~" : "")
+                         << " rope offset " << c.rope_offset) {
       const std::vector<Tensor> in =
           nha_inputs(c.B, c.T, c.Hq, c.Hkv, c.D, c.Dv, c.M, c.window, c.states, c.bias, 2, 31, c.glo);
       ParityOptions opt;
@@ -204,6 +212,9 @@ TEST_CASE("nha fused bf16 path (window <= 64) matches the recurrent cpu referenc
       p.window = c.window;
       p.shift = c.shift;
       p.rope = c.rope;
+      p.rope_offset = c.rope_offset;
+      p.save_chunk_states = c.keep_states;
+      p.save_window_qk = c.keep_qk;
       p.scale = 0.4;
       auto r = cuda_parity([&](const std::vector<Var>& x) { return nha_outputs(x, p, true, c.states, c.bias); }, in, opt);
       INFO(r.report);
