@@ -77,12 +77,14 @@ if [ -n "${GAPS_FILTER:-}" ]; then
       --filter "$GAPS_FILTER" | tail -n +4; } >> "$out/bench.log" 2>&1
   echo "bench ops --launch-gaps: rc $?"
 fi
-# The same cases with a switch set, AB_ENV="VAR=VALUE" AB_FILTER="name,...": a fused path's A/B.
-if [ -n "${AB_ENV:-}" ]; then
-  { echo "== with $AB_ENV"; env $AB_ENV timeout 90 "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
-      --filter "${AB_FILTER:-}" | tail -n +4; } >> "$out/bench.log" 2>&1
-  echo "bench ops with $AB_ENV: rc $?"
-fi
+# The same cases with a switch set, AB_ENV="VAR=VALUE" AB_FILTER="name,...": a fused path's A/B; several
+# settings separated by ';' run one after the other (AB_SHAPE: only the cases whose shape holds it).
+IFS=';' read -ra ab_envs <<< "${AB_ENV:-}"
+for ab in "${ab_envs[@]}"; do
+  { echo "== with $ab"; env $ab timeout 90 "$build/hybrid" bench ops --reps "${BENCH_REPS:-7}" \
+      --filter "${AB_FILTER:-}" ${AB_SHAPE:+--shape "$AB_SHAPE"} | tail -n +4; } >> "$out/bench.log" 2>&1
+  echo "bench ops with $ab: rc $?"
+done
 run_ncu
 # Clocks and power while one case runs alone CLOCKS_RUNS times, then with every case of its family
 # before it: CLOCKS_CASE="filter@shape" (e.g. "attention_causal_fwd_bwd@ T8192 "), nvidia-smi sampled

@@ -325,13 +325,15 @@ struct ScanPlan {
 //   segmented     len (waves(pass 1 blocks) + waves(pass 3 blocks)) + nseg (the combine's steps)
 // Ties keep the single scan, and the narrower tile while every block fits at once (a shorter step),
 // else the one with fewer blocks (less repeated loading of the K-side tiles). HYBRID_GDN_SEGMENTS=0
-// keeps the single scan (A/B timing, bisecting a mismatch).
+// keeps the single scan (A/B timing, bisecting a mismatch); =N (>= 2) takes N segments where there are
+// N chunks (timing the model's choice against others).
 template <typename SmemOf>
 ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
-  static const bool segments = [] {
+  static const int forced = [] {  // -1: the model's choice
     const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
-    return !(e && std::string(e) == "0");
+    return e ? std::max(0, std::atoi(e)) : -1;
   }();
+  const bool segments = forced != 0;
   const int64_t sms = chunk_mma::sm_count(device), pairs = int64_t(d.B) * d.HV;
   const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
   ScanPlan best{64, 1, d.NC};
@@ -346,10 +348,11 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
       if (best_cost < 0 || cost < best_cost || tie_wins)
         best = {vs, nseg, len}, best_cost = cost, best_blocks = blocks, best_fits = fits;
     };
-    consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
+    if (forced < 2 || forced > d.NC) consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
     for (int want = 2; segments && want <= std::min(d.NC, 64); ++want) {
       const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
       if (nseg != want) continue;  // the same segments as a smaller want
+      if (forced >= 2 && forced <= d.NC && nseg != forced) continue;
       // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
       const int64_t pass1 = pairs * ((nseg - 1) * vt + (nseg - 2) * kt), pass3 = pairs * nseg * vt;
       consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg, pass1 + pass3,
