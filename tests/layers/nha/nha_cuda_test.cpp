@@ -3,8 +3,9 @@
 // bias) under random final-memory gradients; windows 0, small, over several 64-key tiles of the
 // online softmax, >= T and unlimited; token shift equal to the window, 0, other values and "never";
 // M = 0; T off the 64-token chunk, GQA, and head dims whose tiles exceed the shared memory of a block
-// (the per-query kernels). Then the same over several 64-query tiles of the chunk kernels: the paper
-// form and each ablation that goes through them (no token shift, no short memory, no long memory),
+// (the per-query kernels); two regimes with the rotated q, k kept from the forward. Then the same over
+// several 64-query tiles of the chunk kernels: the paper form and each ablation that goes through them
+// (no token shift, no short memory, no long memory),
 // windows 0, 1, 32, 64, 100 and >= T, M 16 and 32, B 2, strong gates, the benchmark's head dims. The
 // NHA mixer decoding on CUDA (the decode kernel on the slots and a ring of w tokens, after a parallel
 // prefill or from the first token) equals its parallel forward in every ablation that changes the op
@@ -87,6 +88,7 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
     const char* name;
     int64_t B, T, Hq, Hkv, D, Dv, M, window, shift;
     bool rope, states, bias, ratio;
+    bool keep_qk = false;  // the backward reads the forward's rotated q, k (save_window_qk)
   };
   const Regime regimes[] = {
       {"window 0, shift 0 (gsa)", 2, 37, 4, 2, 16, 16, 8, 0, 0, false, true, false, true},
@@ -98,6 +100,8 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
       {"slots only, shift 7", 1, 65, 2, 2, 8, 8, 4, 0, 7, false, true, false, false},
       {"no slots (M = 0), window 8", 2, 50, 4, 2, 16, 16, 0, 8, 0, true, false, true, false},
       {"window 200 over two key tiles, shift 200", 1, 300, 2, 1, 8, 8, 4, 200, 200, true, false, true, false},
+      {"paper form w = shift = 4, GQA, rotated q, k kept", 2, 37, 4, 2, 16, 12, 8, 4, 4, true, true, true, true, true},
+      {"window 200, shift 200, rotated q, k kept", 1, 300, 2, 1, 8, 8, 4, 200, 200, true, false, true, false, true},
       {"window 150, shift 20, no rope", 1, 300, 2, 2, 8, 6, 3, 150, 20, false, true, false, true},
       {"D = Dv = 128, M 64, w = shift = 8: tiles past the shared memory, per-query kernels", 1, 70, 2, 1, 128, 128, 64,
        8, 8, true, true, true, true},
@@ -114,6 +118,7 @@ TEST_CASE("nha on cuda matches the recurrent cpu reference in every window regim
       p.rope = c.rope;
       p.scale = 0.5;
       p.long_ratio = c.ratio;
+      p.save_window_qk = c.keep_qk;
       auto r = cuda_parity([&](const std::vector<Var>& x) { return nha_outputs(x, p, c.M > 0, c.states, c.bias); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
