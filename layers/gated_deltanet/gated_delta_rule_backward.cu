@@ -44,11 +44,6 @@ using chunk_mma::zero;
 // ---------------------------------------------------------------------------------------------------
 // Stage 1: the reverse inter-chunk recurrence.
 
-// 8 warps: warp w takes token rows [16 (w % 4), +16) and state rows [(w % 4) KT / 4, +KT / 4), and
-// column half w / 4 of the VS columns (at VS = 16, one n-tile pair, the upper four warps only copy
-// tiles and form P): twice the warps of one block an SM to hide the latency of each chunk step.
-constexpr int kScanThreads = 256;
-
 template <int KT, int VS>
 struct BackwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
@@ -78,7 +73,8 @@ struct BackwardScanArgs {
   float scale;
 };
 
-// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads; smem BackwardScanSmem<KT, VS>
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads (warps as kScanThreads says;
+// at VS = 16 the upper four also form their column half of P); smem BackwardScanSmem<KT, VS>
 // (110 KiB at KT = VS = 64). Per chunk of the block's segment, last to first, with D = D_c:
 //   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
 //   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows
@@ -90,8 +86,8 @@ struct BackwardScanArgs {
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = BackwardScanSmem<KT, VS>;
-  constexpr int kSplit = VS >= 32 ? 2 : 1;              // column halves (warp_mma takes n-tiles in pairs)
-  constexpr int NT = VS / 8 / kSplit, MT2 = KT / 64;     // n-tiles of the warp's columns; state m-tiles
+  constexpr int kSplit = kScanSplit<VS>;
+  constexpr int NT = VS / 8 / kSplit, MT2 = KT / 64;  // n-tiles of the warp's columns; state m-tiles
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sP = reinterpret_cast<bf16x*>(smem + L::kP);
   bf16x* sDOg = reinterpret_cast<bf16x*>(smem + L::kDOg);
@@ -208,7 +204,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   flash::cp_async_wait<0>();
   if (!active) return;
   if (phi)
-    store_state_fragments(D, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0 + nv, m2, lane);
+    store_split_fragments(D, seg.phi + seg_at * 2 * d.K * d.K, d.K, v0 + nv, m2, lane);
   else if (seg.local)
     store_state_fragments(D, seg.end + seg_at * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
   else if (a.dS0 && s == 0)

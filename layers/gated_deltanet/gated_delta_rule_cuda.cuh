@@ -25,6 +25,14 @@ constexpr int kLd64 = kC + 8;               // row stride of the 64-wide bf16 ti
 constexpr int kLdF = kC + 4;                // row stride of the 64 x 64 fp32 tiles of the solve
 constexpr int kSolveScratch = 3 * 16 * 17;  // floats of unit_lower_inverse's block scratch
 
+// The two state scans (forward_scan_kernel, backward_scan_kernel) run 8 warps: warp w takes token rows
+// [16 (w % 4), +16) and state rows [(w % 4) KT / 4, +KT / 4), and column half w / 4 of the VS columns
+// (at VS = 16, one n-tile pair, the upper four warps only copy tiles): a chunk step is a chain of
+// dependent warp products, and twice the warps, each with half the columns, shorten it.
+constexpr int kScanThreads = 256;
+template <int VS>
+constexpr int kScanSplit = VS >= 32 ? 2 : 1;  // column halves (warp_mma takes n-tiles in pairs)
+
 struct Dims {
   int B, T, H, HV, hpg, K, V, NC;  // hpg = HV / H: value head j reads q and k of head j / hpg
 };
@@ -229,6 +237,29 @@ __device__ __forceinline__ void store_state_split(bf16x* hi, bf16x* lo, const fl
       }
 }
 
+// The warp's fp32 state fragments (m-tiles from row m0) to columns c0 .. of a K x K matrix stored as
+// bf16 high and low parts (split_bf16), hi at dst and lo at dst + K K: a segment's transition, split
+// once by pass 1 so the combine copies it straight into its product tiles.
+template <int MT, int NT>
+__device__ __forceinline__ void store_split_fragments(const float (&st)[MT][NT][4], bf16x* dst, int K, int c0, int m0,
+                                                      int lane) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = c0 + ni * 8 + chunk_mma::frag_col(lane, e);
+        if (r >= K || col >= K) continue;  // K % 8 == 0: col + 1 < K as well
+        bf16x h[2], l[2];
+        split_bf16(st[mi][ni][e], h[0], l[0]);
+        split_bf16(st[mi][ni][e + 1], h[1], l[1]);
+        const int64_t at = int64_t(r) * K + col;
+        *reinterpret_cast<__nv_bfloat162*>(dst + at) = __halves2bfloat162(h[0], h[1]);
+        *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(K) * K + at) = __halves2bfloat162(l[0], l[1]);
+      }
+}
+
 // Columns c0 .. of the K x K identity as the warp's state fragments (m-tiles from row m0): the start of
 // a segment's transition (SegmentArgs).
 template <int MT, int NT>
@@ -367,12 +398,12 @@ struct SegmentArgs {
   int len;             // chunks per segment
   bool local;          // pass 1: blockIdx.x past the V column tiles scans a column tile of Phi
   float* end;          // pass 1 out: (B HV, nseg, K, V) f32, E of each segment
-  float* phi;          // pass 1 out: (B HV, nseg, K, K) f32, Phi of each segment
+  bf16x* phi;          // pass 1 out: (B HV, nseg, 2, K, K) bf16, Phi of each segment (high, low parts)
   const float* start;  // pass 3 in: (B HV, nseg, K, V) f32, the true start of each segment but the first scanned
 };
 
 // Pass 2 on the end states and transitions of pass 1 (reverse: the backward's order, last segment first).
-void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
+void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const bf16x* phi, float* start, bool reverse,
                       cudaStream_t stream);
 
 // Runs a scan under the plan: launch(grid, seg) launches its kernel with that grid and SegmentArgs.
@@ -381,11 +412,11 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
   const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
   if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, false, nullptr, nullptr, nullptr});
   const Tensor end = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
-  const Tensor phi = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.K}, DType::f32, dev);
+  const Tensor phi = Tensor::empty({d.B * d.HV, p.nseg, 2, d.K, d.K}, DType::bf16, dev);
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
   const unsigned kt = p.nseg > 2 ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
-  launch(dim3(vt + kt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, true, end.data<float>(), phi.data<float>(), nullptr});
-  combine_segments(p, d, end.data<float>(), phi.data<float>(), start.data<float>(), reverse, stream);
+  launch(dim3(vt + kt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, true, end.data<float>(), chunk_mma::bp_mut(phi), nullptr});
+  combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, stream);
   launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
 }
 

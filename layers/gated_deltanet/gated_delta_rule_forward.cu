@@ -40,7 +40,7 @@ using chunk_mma::warp_mma;
 using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
 
-constexpr int kThreads = 128;  // 4 warps; warp w owns token rows [16w, 16w + 16) (scan: also KT / 4 state rows)
+constexpr int kThreads = 128;  // 4 warps; warp w owns token rows [16w, 16w + 16) (combine: KT / 4 state rows)
 
 // ---------------------------------------------------------------------------------------------------
 // F2: W and U0 per chunk.
@@ -181,19 +181,21 @@ struct ForwardScanArgs {
   float* final_state;  // (B, HV, K, V) or null
 };
 
-// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kThreads; smem ForwardScanSmem<KT, VS>
-// (100 KiB at KT = VS = 64). Per chunk of the block's segment:
-//   -U = -U0 + W @ S           warp w: token rows [16w, 16w + 16), VS columns, reduction over KT
-//   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [w KT / 4, (w + 1) KT / 4), reduction over 64
-// The next two chunks' W, K, U0 and g are copied (cp.async) while this one computes: a chunk step (a
-// few dependent warp products) can be shorter than a global load under load, and with few blocks per
-// SM nothing else hides the wait. Each warp derives the chunk's gates itself (a one-warp cumsum), so
-// no barrier guards them. Pass 1 (seg.local) writes
-// no U and no snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads (warps as kScanThreads
+// says); smem ForwardScanSmem<KT, VS> (100 KiB at KT = VS = 64). Per chunk of the block's segment:
+//   -U = -U0 + W @ S                 warp w: token rows [16 (w % 4), +16), reduction over KT
+//   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [(w % 4) KT / 4, +KT / 4), reduction over 64
+// each on the warp's column half. The next two chunks' W, K, U0 and g are copied (cp.async) while this
+// one computes: a chunk step (a few dependent warp products) can be shorter than a global load under
+// load, and with few blocks per SM nothing else hides the wait. Each warp derives the chunk's gates
+// itself (a one-warp cumsum), so no barrier guards them. Pass 1 (seg.local) writes no U and no
+// snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
 template <int KT, int VS>
-__global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
+__global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = ForwardScanSmem<KT, VS>;
-  constexpr int NT = VS / 8, MT2 = KT / 64;
+  constexpr int kSplit = kScanSplit<VS>;
+  constexpr int NT = VS / 8 / kSplit, MT2 = KT / 64;  // n-tiles of the warp's columns; state m-tiles
+  constexpr int kU0Threads = VS == 16 ? 128 : kScanThreads;  // 64 x 16 is 128 pieces
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sS = reinterpret_cast<bf16x*>(smem + L::kS);
   bf16x* sUk = reinterpret_cast<bf16x*>(smem + L::kUk);
@@ -204,18 +206,20 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
             qh = j / d.hpg;
   const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * warp, m2 = warp * (KT / 4);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * (warp % 4), m2 = (warp % 4) * (KT / 4);
+  const int half = warp / 4, nv = kSplit == 2 ? half * (VS / 2) : 0;  // the warp's first column
+  const bool active = half < kSplit;                                   // the warp owns U and S columns
   const bf16x* kb = a.k + (int64_t(b) * d.T * d.H + qh) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
   auto load_chunk = [&](int c, int p) {
     const int64_t z = int64_t(bh) * d.NC + c;
-    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0, kC,
-                                             d.K, tid);
-    flash::load_tile<kC, KT, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K, c * kC,
-                                             d.T, d.K, tid);
-    if (!phi)
-      flash::load_tile<kC, VS, kThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0, d.V,
-                                               0, kC, d.V - v0, tid);
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
+                                                 kC, d.K, tid);
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), kb, int64_t(d.H) * d.K,
+                                                 c * kC, d.T, d.K, tid);
+    if (!phi && tid < kU0Threads)
+      flash::load_tile<kC, VS, kU0Threads, true>(reinterpret_cast<bf16x*>(buf(p, L::kU0)), a.U + z * kC * d.V + v0,
+                                                 d.V, 0, kC, d.V - v0, tid);
     copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
     flash::cp_async_commit();
   };
@@ -223,14 +227,14 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
   const int64_t seg_at = int64_t(bh) * nseg + s;
   float S[MT2][NT][4];
   if (phi)
-    identity_fragments(S, d.K, v0, m2, lane);
+    identity_fragments(S, d.K, v0 + nv, m2, lane);
   else
     load_state_fragments(S,
                          s == 0      ? (a.S0 ? a.S0 + int64_t(bh) * d.K * d.V : nullptr)
                          : seg.local ? nullptr
                                      : seg.start + seg_at * d.K * d.V,
-                         d.K, d.V, v0, m2, lane);
-  store_state(sS, S, m2, lane);
+                         d.K, d.V, v0 + nv, m2, lane);
+  if (active) store_state(sS, S, m2, lane, nv, VS + 8);
   load_chunk(c_begin, 0);
   if (c_begin + 1 < c_end) load_chunk(c_begin + 1, 1);
   for (int c = c_begin; c < c_end; ++c) {
@@ -246,44 +250,49 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
     const bf16x* sU0 = reinterpret_cast<const bf16x*>(buf(p, L::kU0));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    if (!seg.local) store_tile<KT, VS, kThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
+    if (!seg.local) store_tile<KT, VS, kScanThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
-    float kd[2];
-    row_kd(gc, m0, lane, kd);
-
-    float u[1][NT][4];  // -U = -U0 + W @ S
+    if (active) {
+      float kd[2];
+      row_kd(gc, m0, lane, kd);
+      float u[1][NT][4];  // -U = -U0 + W @ S
 #pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
+      for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        u[0][ni][e] =
-            phi ? 0.f : -__bfloat162float(sU0[(m0 + frag_row(lane, e)) * (VS + 8) + ni * 8 + frag_col(lane, e)]);
-    warp_mma<1, NT, KT, false, false>(u, sW, KT + 8, m0, sS, VS + 8, 0, lane);
-    bf16x* Uc = a.U + z * kC * d.V + v0;
+        for (int e = 0; e < 4; ++e)
+          u[0][ni][e] = phi ? 0.f
+                            : -__bfloat162float(
+                                  sU0[(m0 + frag_row(lane, e)) * (VS + 8) + nv + ni * 8 + frag_col(lane, e)]);
+      warp_mma<1, NT, KT, false, false>(u, sW, KT + 8, m0, sS, VS + 8, nv, lane);
+      bf16x* Uc = a.U + z * kC * d.V + v0;
 #pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
+      for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), col = ni * 8 + frag_col(lane, e);
-        const float f = -kd[e / 2];
-        if (!seg.local && v0 + col < d.V)
-          *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
-        *reinterpret_cast<uint32_t*>(sUk + r * (VS + 8) + col) = pack_bf16(f * u[0][ni][e], f * u[0][ni][e + 1]);
-      }
+        for (int e = 0; e < 4; e += 2) {
+          const int r = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
+          const float f = -kd[e / 2];
+          if (!seg.local && v0 + col < d.V)
+            *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
+          *reinterpret_cast<uint32_t*>(sUk + r * (VS + 8) + col) = pack_bf16(f * u[0][ni][e], f * u[0][ni][e + 1]);
+        }
+    }
     __syncthreads();  // kd .* U complete; every warp is done reading S_c
 
-    scale_all(S, __expf(gc.last));  // gam_n
-    warp_mma<MT2, NT, kC, true, false>(S, sK, KT + 8, m2, sUk, VS + 8, 0, lane);
-    store_state(sS, S, m2, lane);
+    if (active) {
+      scale_all(S, __expf(gc.last));  // gam_n
+      warp_mma<MT2, NT, kC, true, false>(S, sK, KT + 8, m2, sUk, VS + 8, nv, lane);
+      store_state(sS, S, m2, lane, nv, VS + 8);
+    }
   }
   flash::cp_async_wait<0>();
+  if (!active) return;
   if (phi)
-    store_state_fragments(S, seg.phi + seg_at * d.K * d.K, d.K, d.K, v0, m2, lane);
+    store_split_fragments(S, seg.phi + seg_at * 2 * d.K * d.K, d.K, v0 + nv, m2, lane);
   else if (seg.local)
-    store_state_fragments(S, seg.end + seg_at * d.K * d.V, d.K, d.V, v0, m2, lane);
+    store_state_fragments(S, seg.end + seg_at * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
   else if (a.final_state && s == nseg - 1)
-    store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -292,52 +301,83 @@ __global__ void __launch_bounds__(kThreads) forward_scan_kernel(ForwardScanArgs 
 template <int KT, int VS>
 struct SegmentCombineSmem {
   static constexpr size_t kPhi = size_t(KT) * (KT + 8) * 2, kX = size_t(KT) * (VS + 8) * 2;
-  static constexpr size_t kPhiHi = 0, kPhiLo = kPhi;          // bf16 [KT][KT + 8]: Phi_s, high and low parts
-  static constexpr size_t kXhi = 2 * kPhi, kXlo = kXhi + kX;  // bf16 [KT][VS + 8]: the running start
+  static constexpr size_t kPhiHi = 0, kPhiLo = kPhi;          // + p 2 kPhi: bf16 [KT][KT + 8], Phi high and low parts
+  static constexpr size_t kXhi = 4 * kPhi, kXlo = kXhi + kX;  // bf16 [KT][VS + 8]: the running start
   static constexpr size_t kBytes = kXlo + kX;
 };
 
 struct SegmentCombineArgs {
-  const float *end, *phi;  // (B HV, nseg, K, V), (B HV, nseg, K, K): pass 1's E and Phi
-  float* start;            // (B HV, nseg, K, V): the true start of each segment but the first
+  const float* end;  // (B HV, nseg, K, V): pass 1's E
+  const bf16x* phi;  // (B HV, nseg, 2, K, K): pass 1's Phi, high and low parts
+  float* start;      // (B HV, nseg, K, V): the true start of each segment but the first
   int nseg;
   bool reverse;  // segments in decreasing order (the backward's reverse scan)
 };
 
-// Grid (ceil(V / VS), B HV), kThreads; smem SegmentCombineSmem<KT, VS>. X = E of the first segment, then
-// per following segment s: start_s = X, X = Phi_s X + E_s. The product runs on bf16 high and low parts
-// of Phi and X (split_bf16; the lo x lo term is below fp32 rounding), so the join adds no error beyond
-// what one chunk step of the scan does. Warp w owns state rows [w KT / 4, (w + 1) KT / 4).
+// Grid (ceil(V / VS), B HV), kThreads; smem SegmentCombineSmem<KT, VS> (36 KiB at KT = VS = 64). X = E of
+// the first segment, then per following segment s: start_s = X, X = Phi_s X + E_s. The product runs on
+// bf16 high and low parts of Phi and X (split_bf16; the lo x lo term is below fp32 rounding), so the join
+// adds no error beyond what one chunk step of the scan does. Nothing a step loads depends on X, so the
+// next two Phi are copied (cp.async, two buffers) and the next E loaded into registers while a step
+// computes: a step is then a product and two barriers, not a global load's latency. Warp w owns state
+// rows [w KT / 4, (w + 1) KT / 4).
 template <int KT, int VS>
 __global__ void __launch_bounds__(kThreads) segment_combine_kernel(SegmentCombineArgs a, Dims d) {
   using L = SegmentCombineSmem<KT, VS>;
   constexpr int NT = VS / 8, MT2 = KT / 64;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16x* sPhiHi = reinterpret_cast<bf16x*>(smem + L::kPhiHi);
-  bf16x* sPhiLo = reinterpret_cast<bf16x*>(smem + L::kPhiLo);
   bf16x* sXhi = reinterpret_cast<bf16x*>(smem + L::kXhi);
   bf16x* sXlo = reinterpret_cast<bf16x*>(smem + L::kXlo);
+  auto phi_tile = [&](int p, size_t part) { return reinterpret_cast<bf16x*>(smem + p * 2 * L::kPhi + part); };
   const int v0 = blockIdx.x * VS, bh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, m2 = (tid / 32) * (KT / 4);
   const int step = a.reverse ? -1 : 1, first = a.reverse ? a.nseg - 1 : 0, last = a.reverse ? 0 : a.nseg - 1;
   auto at = [&](int s) { return int64_t(bh) * a.nseg + s; };
-  float X[MT2][NT][4];
+  const int64_t kk = int64_t(d.K) * d.K;
+  // Phi of segment s into buffer p, as one commit group; segments past the inner ones commit an empty
+  // group, so every step can wait for all but the newest group.
+  auto copy_phi = [&](int s, int p) {
+    if (s != last && (s - last) * step < 0) {
+      const bf16x* src = a.phi + at(s) * 2 * kk;
+      flash::load_tile<KT, KT, kThreads, true>(phi_tile(p, L::kPhiHi), src, d.K, 0, d.K, d.K, tid);
+      flash::load_tile<KT, KT, kThreads, true>(phi_tile(p, L::kPhiLo), src + kk, d.K, 0, d.K, d.K, tid);
+    }
+    flash::cp_async_commit();
+  };
+  // E a step ahead in registers, where a second state array fits them (at KT = 128, VS = 64 it spills:
+  // there E_s is loaded when X is free, before the step's wait and barrier).
+  constexpr bool kEAhead = MT2 * NT <= 8;
+  float X[MT2][NT][4], E[kEAhead ? MT2 : 1][NT][4];
   load_state_fragments(X, a.end + at(first) * d.K * d.V, d.K, d.V, v0, m2, lane);
-  for (int s = first + step;; s += step) {
+  copy_phi(first + step, 0);
+  copy_phi(first + 2 * step, 1);
+  if (kEAhead && first + step != last)
+    load_state_fragments(E, a.end + at(first + step) * d.K * d.V, d.K, d.V, v0, m2, lane);
+  for (int s = first + step, i = 0;; s += step, ++i) {
     store_state_fragments(X, a.start + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
     if (s == last) break;
     store_state_split(sXhi, sXlo, X, m2, lane);
-    const float* phi = a.phi + at(s) * d.K * d.K;
-    for (int e = tid; e < KT * KT; e += kThreads) {
-      const int r = e / KT, c = e % KT;
-      split_bf16(r < d.K && c < d.K ? phi[r * d.K + c] : 0.f, sPhiHi[r * (KT + 8) + c], sPhiLo[r * (KT + 8) + c]);
+    if constexpr (kEAhead) {
+#pragma unroll
+      for (int mi = 0; mi < MT2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) X[mi][ni][e] = E[mi][ni][e];
+      if (s + step != last) load_state_fragments(E, a.end + at(s + step) * d.K * d.V, d.K, d.V, v0, m2, lane);
+    } else {
+      load_state_fragments(X, a.end + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
     }
-    __syncthreads();  // Phi_s and X complete
-    load_state_fragments(X, a.end + at(s) * d.K * d.V, d.K, d.V, v0, m2, lane);
-    warp_mma<MT2, NT, KT, false, false>(X, sPhiHi, KT + 8, m2, sXhi, VS + 8, 0, lane);
-    warp_mma<MT2, NT, KT, false, false>(X, sPhiLo, KT + 8, m2, sXhi, VS + 8, 0, lane);
-    warp_mma<MT2, NT, KT, false, false>(X, sPhiHi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    flash::cp_async_wait<1>();  // Phi_s (buffer i % 2) has landed; Phi of the step after may be in flight
+    __syncthreads();            // Phi_s and X complete
+    const bf16x* hi = phi_tile(i % 2, L::kPhiHi);
+    const bf16x* lo = phi_tile(i % 2, L::kPhiLo);
+    warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
+    warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
     __syncthreads();  // every warp is done with Phi_s and X
+    copy_phi(s + 2 * step, i % 2);
   }
+  flash::cp_async_wait<0>();
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -434,7 +474,7 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
 // ---------------------------------------------------------------------------------------------------
 // Launchers.
 
-void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const float* phi, float* start, bool reverse,
+void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const bf16x* phi, float* start, bool reverse,
                       cudaStream_t stream) {
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
@@ -496,8 +536,8 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
                               bp_mut(w.S),
                               final_state.defined() ? final_state.data<float>() : nullptr};
       run_scan<VS>(plan, d, false, dev, stream, [&](dim3 grid, const SegmentArgs& seg) {
-        forward_scan_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, seg, d);
-        HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kThreads, smem);
+        forward_scan_kernel<KT, VS><<<grid, kScanThreads, smem, stream>>>(a, seg, d);
+        HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kScanThreads, smem);
       });
     });
   });
