@@ -108,8 +108,9 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
   auto load_chunk = [&](int c, int p) {
     const int64_t z = int64_t(bh) * d.NC + c;
-    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kQ)), a.q + qk_off, qk_row, c * kC,
-                                                 d.T, d.K, tid);
+    if (!phi)  // a Phi column tile forms no P and takes no dO term: Q is not read
+      flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kQ)), a.q + qk_off, qk_row,
+                                                   c * kC, d.T, d.K, tid);
     flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), a.k + qk_off, qk_row, c * kC,
                                                  d.T, d.K, tid);
     flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
