@@ -206,6 +206,17 @@ __device__ __forceinline__ void split_bf16(float x, bf16x& hi, bf16x& lo) {
   lo = __float2bfloat16_rn(x - __bfloat162float(hi));
 }
 
+// split_bf16 of four values into four adjacent high and low parts (8-byte aligned).
+__device__ __forceinline__ void split_bf16x4(float4 x, bf16x* hi, bf16x* lo) {
+  __align__(8) bf16x h[4], l[4];
+  split_bf16(x.x, h[0], l[0]);
+  split_bf16(x.y, h[1], l[1]);
+  split_bf16(x.z, h[2], l[2]);
+  split_bf16(x.w, h[3], l[3]);
+  *reinterpret_cast<uint2*>(hi) = *reinterpret_cast<const uint2*>(h);
+  *reinterpret_cast<uint2*>(lo) = *reinterpret_cast<const uint2*>(l);
+}
+
 // The warp's fp32 state fragments (m-tiles from row m0, NT n-tiles from column n0) to a bf16 tile of
 // row stride ld ([rows][8 NT + 8] by default).
 template <int MT, int NT>

@@ -50,11 +50,13 @@ struct WyPrepareSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
   static constexpr size_t kK = 0;                               // bf16 [64][KT + 8]
   static constexpr size_t kV = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [64][kLd64], one V tile
-  static constexpr size_t kAhi = kV + kTile;                    // bf16 [64][kLd64]: Ainv diag(beta gam),
-  static constexpr size_t kAlo = kAhi + kTile;                  // then Ainv diag(beta), high and low parts
-  static constexpr size_t kM = kAlo + kTile;                    // f32 [64][kLdF]
-  static constexpr size_t kX = kM + size_t(kC) * kLdF * 4;      // f32 [64][kLdF]
-  static constexpr size_t kT = kX + size_t(kC) * kLdF * 4;      // f32 kSolveScratch
+  static constexpr size_t kX = kV + kTile;                      // f32 [64][kLdF]: Ainv
+  static constexpr size_t kM = kX + size_t(kC) * kLdF * 4;      // f32 [64][kLdF]: M, until the solve returns
+  static constexpr size_t kT = kM + size_t(kC) * kLdF * 4;      // f32 kSolveScratch, until the solve returns
+  // After the solve, over M and its scratch: Ainv diag(beta gam), then Ainv diag(beta), high and low parts,
+  // bf16 [64][kLd64] each. The reuse keeps the block at 56 KiB at KT = 64: four blocks an SM, not three.
+  static constexpr size_t kAhi = kM, kAlo = kAhi + kTile;
+  static_assert(kAlo + kTile <= kT + size_t(kSolveScratch) * 4, "Ainv's parts fit over M and the scratch");
   static constexpr size_t kG = kT + size_t(kSolveScratch) * 4;  // f32 [64] each: G, beta, beta gam
   static constexpr size_t kBytes = kG + 3 * kC * 4;
 };
@@ -66,7 +68,7 @@ struct WyPrepareArgs {
   bf16x* Ainv;            // (B, HV, NC, 2, 64, 64) high and low parts, or null
 };
 
-// Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (74 KiB at KT = 64: three blocks per SM).
+// Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (56 KiB at KT = 64: four blocks per SM).
 // Ainv is scaled by the token factors before the split (Ainv diag(beta gam), then Ainv diag(beta) in
 // the same tiles), so the products read the exact bf16 K and V tiles and only the solve's result is split.
 template <int KT>
@@ -101,15 +103,20 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
   const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
+  // Four adjacent columns a thread (16-byte loads, 8-byte stores): these passes are a third of the
+  // kernel's shared-memory instructions done one element at a time.
   if (a.Ainv) {  // the backward's form of Ainv: unscaled, high and low parts
     bf16x* out = a.Ainv + z * 2 * kC * kC;
-    for (int e = threadIdx.x; e < kC * kC; e += kThreads)
-      split_bf16(sX[(e / kC) * kLdF + e % kC], out[e], out[kC * kC + e]);
+    for (int e = 4 * threadIdx.x; e < kC * kC; e += 4 * kThreads)
+      split_bf16x4(*reinterpret_cast<const float4*>(sX + (e / kC) * kLdF + e % kC), out + e, out + kC * kC + e);
   }
   auto split_scaled = [&](const float* colscale) {  // Ainv diag(colscale) into sAhi + sAlo
-    for (int e = threadIdx.x; e < kC * kC; e += kThreads) {
+    for (int e = 4 * threadIdx.x; e < kC * kC; e += 4 * kThreads) {
       const int r = e / kC, i = e % kC;
-      split_bf16(sX[r * kLdF + i] * colscale[i], sAhi[r * kLd64 + i], sAlo[r * kLd64 + i]);
+      const float4 x = *reinterpret_cast<const float4*>(sX + r * kLdF + i);
+      const float4 f = *reinterpret_cast<const float4*>(colscale + i);
+      split_bf16x4(make_float4(x.x * f.x, x.y * f.y, x.z * f.z, x.w * f.w), sAhi + r * kLd64 + i,
+                   sAlo + r * kLd64 + i);
     }
   };
   split_scaled(sBg);
@@ -260,10 +267,12 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          u[0][ni][e] = phi ? 0.f
-                            : -__bfloat162float(
-                                  sU0[(m0 + frag_row(lane, e)) * (VS + 8) + nv + ni * 8 + frag_col(lane, e)]);
+        for (int e = 0; e < 4; e += 2) {  // columns e and e + 1 are adjacent: one 4-byte load
+          const float2 x = phi ? make_float2(0.f, 0.f)
+                               : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
+                                     sU0 + (m0 + frag_row(lane, e)) * (VS + 8) + nv + ni * 8 + frag_col(lane, e)));
+          u[0][ni][e] = -x.x, u[0][ni][e + 1] = -x.y;
+        }
       warp_mma<1, NT, KT, false, false>(u, sW, KT + 8, m0, sS, VS + 8, nv, lane);
       bf16x* Uc = a.U + z * kC * d.V + v0;
 #pragma unroll
