@@ -64,9 +64,12 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
   bf16x* sV = sK + kC * (KT + 8);               // [64][VT + 8]
-  bf16x* sSR = sV + kC * (VT + 8);              // [64][kLdM]  S .* Rem
-  float* sB = reinterpret_cast<float*>(sSR + kC * kLdM);
+  float* sB = reinterpret_cast<float*>(sV + kC * (VT + 8));
   float* sS = sB + kC * kLdF;
+  // [64][kLdM] S .* Rem, written over the gates once every thread has read them: the block fits 52 KiB
+  // at KT = VT = MT = 64, four blocks an SM instead of three.
+  bf16x* sSR = reinterpret_cast<bf16x*>(sB);
+  static_assert(kC * kLdM * sizeof(bf16x) <= 2 * kC * kLdF * sizeof(float), "S .* Rem fits over the gates");
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the chunk's first token and the token count
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
@@ -75,14 +78,23 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   flash::cp_async_commit();  // waited for with the gates
   load_gates<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr);
   const float* bl = sB + (n - 1) * kLdF;
-  for (int x = threadIdx.x; x < kC * MT / 2; x += kThreads) {
-    const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
+  constexpr int kPairs = kC * MT / 2 / kThreads;
+  static_assert(kC * MT / 2 % kThreads == 0, "S .* Rem pairs split evenly over the threads");
+  uint32_t sr_pairs[kPairs];
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const int x = i * kThreads + threadIdx.x, r = x / (MT / 2), m = (x % (MT / 2)) * 2;
     const float* br = sB + r * kLdF;
     const float* sr = sS + r * kLdF;
-    *reinterpret_cast<uint32_t*>(sSR + r * kLdM + m) =
-        pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
+    sr_pairs[i] = pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
   }
   if (threadIdx.x < d.M) decay[(int64_t(bj) * d.NC + c) * d.M + threadIdx.x] = __expf(bl[threadIdx.x]);
+  __syncthreads();  // every thread has read the gates
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const int x = i * kThreads + threadIdx.x, r = x / (MT / 2), m = (x % (MT / 2)) * 2;
+    *reinterpret_cast<uint32_t*>(sSR + r * kLdM + m) = sr_pairs[i];
+  }
   flash::cp_async_wait<0>();
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -458,7 +470,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
 
 template <int KT, int VT, int MT>
 size_t state_smem() {
-  return size_t(kC * (KT + 8) + kC * (VT + 8) + kC * ld_m<MT>) * 2 + size_t(2 * kC * ld_f<MT>) * sizeof(float);
+  return size_t(kC * (KT + 8) + kC * (VT + 8)) * 2 + size_t(2 * kC * ld_f<MT>) * sizeof(float);
 }
 // window: kWin's window (1 .. kC), which sizes its key tiles.
 template <int KT, int VT, int MT, bool kWin>
