@@ -217,35 +217,40 @@ __device__ __forceinline__ void split_bf16x4(float4 x, bf16x* hi, bf16x* lo) {
   *reinterpret_cast<uint2*>(lo) = *reinterpret_cast<const uint2*>(l);
 }
 
-// The warp's fp32 state fragments (m-tiles from row m0, NT n-tiles from column n0) to a bf16 tile of
-// row stride ld ([rows][8 NT + 8] by default).
-template <int MT, int NT>
-__device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][4], int m0, int lane, int n0 = 0,
-                                            int ld = NT * 8 + 8) {
+// Calls f(x, y, r, col) for each pair of accumulator elements x = st[mi][ni][e], y = st[mi][ni][e + 1]
+// (e = 0, 2) of the warp's [MT][NT] fragments: row r and adjacent columns col, col + 1 of the tile whose
+// m-tiles start at row m0 and n-tiles at column c0. The state helpers below are this walk.
+template <int MT, int NT, typename Acc, typename F>
+__device__ __forceinline__ void for_fragment_pairs(Acc& st, int m0, int c0, int lane, F&& f) {
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = n0 + ni * 8 + chunk_mma::frag_col(lane, e);
-        *reinterpret_cast<uint32_t*>(s + r * ld + col) = chunk_mma::pack_bf16(st[mi][ni][e], st[mi][ni][e + 1]);
-      }
+      for (int e = 0; e < 4; e += 2)
+        f(st[mi][ni][e], st[mi][ni][e + 1], m0 + mi * 16 + chunk_mma::frag_row(lane, e),
+          c0 + ni * 8 + chunk_mma::frag_col(lane, e));
+}
+
+// The warp's fp32 state fragments (m-tiles from row m0, NT n-tiles from column n0) to a bf16 tile of
+// row stride ld ([rows][8 NT + 8] by default).
+template <int MT, int NT>
+__device__ __forceinline__ void store_state(bf16x* s, const float (&st)[MT][NT][4], int m0, int lane, int n0 = 0,
+                                            int ld = NT * 8 + 8) {
+  for_fragment_pairs<MT, NT>(st, m0, n0, lane, [&](float x, float y, int r, int col) {
+    *reinterpret_cast<uint32_t*>(s + r * ld + col) = chunk_mma::pack_bf16(x, y);
+  });
 }
 
 // The warp's fp32 state fragments to bf16 high and low parts (split_bf16), [rows][8 NT + 8] tiles each.
 template <int MT, int NT>
 __device__ __forceinline__ void store_state_split(bf16x* hi, bf16x* lo, const float (&st)[MT][NT][4], int m0,
                                                   int lane) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = ni * 8 + chunk_mma::frag_col(lane, e);
-        split_bf16(st[mi][ni][e], hi[r * (NT * 8 + 8) + col], lo[r * (NT * 8 + 8) + col]);
-      }
+  for_fragment_pairs<MT, NT>(st, m0, 0, lane, [&](float x, float y, int r, int col) {
+    const int at = r * (NT * 8 + 8) + col;
+    split_bf16(x, hi[at], lo[at]);
+    split_bf16(y, hi[at + 1], lo[at + 1]);
+  });
 }
 
 // The warp's fp32 state fragments (m-tiles from row m0) to columns c0 .. of a K x K matrix stored as
@@ -254,36 +259,25 @@ __device__ __forceinline__ void store_state_split(bf16x* hi, bf16x* lo, const fl
 template <int MT, int NT>
 __device__ __forceinline__ void store_split_fragments(const float (&st)[MT][NT][4], bf16x* dst, int K, int c0, int m0,
                                                       int lane) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = c0 + ni * 8 + chunk_mma::frag_col(lane, e);
-        if (r >= K || col >= K) continue;  // K % 8 == 0: col + 1 < K as well
-        bf16x h[2], l[2];
-        split_bf16(st[mi][ni][e], h[0], l[0]);
-        split_bf16(st[mi][ni][e + 1], h[1], l[1]);
-        const int64_t at = int64_t(r) * K + col;
-        *reinterpret_cast<__nv_bfloat162*>(dst + at) = __halves2bfloat162(h[0], h[1]);
-        *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(K) * K + at) = __halves2bfloat162(l[0], l[1]);
-      }
+  for_fragment_pairs<MT, NT>(st, m0, c0, lane, [&](float x, float y, int r, int col) {
+    if (r >= K || col >= K) return;  // K % 8 == 0: col + 1 < K as well
+    bf16x h[2], l[2];
+    split_bf16(x, h[0], l[0]);
+    split_bf16(y, h[1], l[1]);
+    const int64_t at = int64_t(r) * K + col;
+    *reinterpret_cast<__nv_bfloat162*>(dst + at) = __halves2bfloat162(h[0], h[1]);
+    *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(K) * K + at) = __halves2bfloat162(l[0], l[1]);
+  });
 }
 
 // Columns c0 .. of the K x K identity as the warp's state fragments (m-tiles from row m0): the start of
 // a segment's transition (SegmentArgs).
 template <int MT, int NT>
 __device__ __forceinline__ void identity_fragments(float (&st)[MT][NT][4], int K, int c0, int m0, int lane) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = c0 + ni * 8 + chunk_mma::frag_col(lane, e);
-        st[mi][ni][e] = r == col && r < K ? 1.f : 0.f;
-      }
+  for_fragment_pairs<MT, NT>(st, m0, c0, lane, [&](float& x, float& y, int r, int col) {
+    x = r == col && r < K ? 1.f : 0.f;
+    y = r == col + 1 && r < K ? 1.f : 0.f;
+  });
 }
 
 // The warp's fp32 state fragments (m-tiles from row m0) from, or to, columns v0 .. of an fp32 (K, V)
@@ -291,32 +285,19 @@ __device__ __forceinline__ void identity_fragments(float (&st)[MT][NT][4], int K
 template <int MT, int NT>
 __device__ __forceinline__ void load_state_fragments(float (&st)[MT][NT][4], const float* src, int K, int V, int v0,
                                                      int m0, int lane) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = v0 + ni * 8 + chunk_mma::frag_col(lane, e);
-        // V % 8 == 0: col + 1 < V as well
-        const float2 x = src && r < K && col < V ? *reinterpret_cast<const float2*>(src + int64_t(r) * V + col)
-                                                 : make_float2(0.f, 0.f);
-        st[mi][ni][e] = x.x, st[mi][ni][e + 1] = x.y;
-      }
+  for_fragment_pairs<MT, NT>(st, m0, v0, lane, [&](float& x, float& y, int r, int col) {
+    // V % 8 == 0: col + 1 < V as well
+    const float2 v = src && r < K && col < V ? *reinterpret_cast<const float2*>(src + int64_t(r) * V + col)
+                                             : make_float2(0.f, 0.f);
+    x = v.x, y = v.y;
+  });
 }
 template <int MT, int NT>
 __device__ __forceinline__ void store_state_fragments(const float (&st)[MT][NT][4], float* dst, int K, int V, int v0,
                                                       int m0, int lane) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + mi * 16 + chunk_mma::frag_row(lane, e), col = v0 + ni * 8 + chunk_mma::frag_col(lane, e);
-        if (r < K && col < V)
-          *reinterpret_cast<float2*>(dst + int64_t(r) * V + col) = make_float2(st[mi][ni][e], st[mi][ni][e + 1]);
-      }
+  for_fragment_pairs<MT, NT>(st, m0, v0, lane, [&](float x, float y, int r, int col) {
+    if (r < K && col < V) *reinterpret_cast<float2*>(dst + int64_t(r) * V + col) = make_float2(x, y);
+  });
 }
 
 // A bf16 [ROWS][WIDTH + 8] tile to rows < rows_valid, columns < cols_valid of a row-major bf16 matrix
