@@ -103,8 +103,8 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   __syncthreads();
   chunk_inverse<KT, kThreads>(sK, sG, sBeta, sM, sX, sT);
   const int64_t z = int64_t(bh) * d.NC + c;  // chunk index of the scratch
-  // Four adjacent columns a thread (16-byte loads, 8-byte stores): these passes are a third of the
-  // kernel's shared-memory instructions done one element at a time.
+  // Four adjacent columns a thread (16-byte loads, 8-byte stores): one element at a time, these passes
+  // issued a shared-memory load and two 2-byte stores per element.
   if (a.Ainv) {  // the backward's form of Ainv: unscaled, high and low parts
     bf16x* out = a.Ainv + z * 2 * kC * kC;
     for (int e = 4 * threadIdx.x; e < kC * kC; e += 4 * kThreads)
