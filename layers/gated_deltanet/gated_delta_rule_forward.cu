@@ -397,8 +397,10 @@ struct ForwardOutputSmem {
   static constexpr size_t kTile = size_t(kC) * kLd64 * 2;
   static constexpr size_t kQ = 0;                               // bf16 [64][KT + 8]
   static constexpr size_t kK = kQ + size_t(kC) * (KT + 8) * 2;  // bf16 [64][KT + 8]
-  static constexpr size_t kP = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [64][kLd64]: scale L .* (Q @ K^T)
-  static constexpr size_t kS = kP + kTile;                      // bf16 [KT][kLd64]: S_c, one V tile
+  // bf16 [64][kLd64]: scale L .* (Q @ K^T), over K once every warp has formed its rows of Q @ K^T (37 KiB
+  // at KT = 64: six blocks an SM, four with a tile of its own)
+  static constexpr size_t kP = kK;
+  static constexpr size_t kS = kK + size_t(kC) * (KT + 8) * 2;  // bf16 [KT][kLd64]: S_c, one V tile
   static constexpr size_t kU = kS + size_t(KT) * kLd64 * 2;     // bf16 [64][kLd64]: U, one V tile
   static constexpr size_t kG = kU + kTile;                      // f32 [64]: G, then gam
   static constexpr size_t kBytes = kG + 2 * kC * 4;
@@ -413,7 +415,7 @@ struct ForwardOutputArgs {
   float scale;
 };
 
-// Grid (NC, B HV), kThreads; smem ForwardOutputSmem<KT> (46 KiB at KT = 64). Warp w owns token rows
+// Grid (NC, B HV), kThreads; smem ForwardOutputSmem<KT> (37 KiB at KT = 64). Warp w owns token rows
 // [16w, 16w + 16) of every product; P stays in shared memory across the 64-column V tiles.
 template <int KT>
 __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputArgs a, Dims d) {
@@ -446,6 +448,7 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
     float p[1][kC / 8][4];
     zero(p);
     warp_mma<1, kC / 8, KT, false, true>(p, sQ, KT + 8, m0, sK, KT + 8, 0, lane);
+    __syncthreads();  // every warp is done with K: P goes over it
     store_masked(sP, kLd64, p, sG, a.scale, m0, 0, lane);
   }
   __syncwarp();  // the P rows this warp reads are the rows it wrote
