@@ -63,7 +63,7 @@ SimpleGlaOutputs simple_gla_forward(const Tensor& q, const Tensor& k, const Tens
   }
   SimpleGlaOutputs r = p.chunk_size > 0 ? simple_gla_chunked_forward_cpu(q, k, v, g, S0, scale, p.chunk_size)
                                         : simple_gla_forward_cpu(q, k, v, g, S0, scale);
-  if (saved) *saved = {q, k, v, g, S0, p};
+  if (saved) *saved = {q, k, v, g, S0, p, Tensor()};  // the CPU forms keep no chunk states
   return r;
 }
 
