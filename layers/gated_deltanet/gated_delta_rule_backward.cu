@@ -656,11 +656,16 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const gdn::ScanPlan plan = gdn::scan_plan(d, dev.index, [](int vs) {
-      size_t bytes = 0;
-      gdn::visit_vs(vs, [&](auto vt) { bytes = gdn::BackwardScanSmem<KT, decltype(vt)::value>::kBytes; });
-      return bytes;
-    });
+    // The forward's segments, when it ran in segments: their transitions, transposed, are this scan's.
+    Tensor phi = w.Phi;
+    const gdn::ScanPlan plan = gdn::scan_plan(
+        d, dev.index,
+        [](int vs) {
+          size_t bytes = 0;
+          gdn::visit_vs(vs, [&](auto vt) { bytes = gdn::BackwardScanSmem<KT, decltype(vt)::value>::kBytes; });
+          return bytes;
+        },
+        phi.defined() ? int(phi.shape()[1]) : 0);
     gdn::visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;
@@ -670,7 +675,7 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
           gdn::bp(dout),   g.data<float>(), dfinal.defined() ? dfinal.data<float>() : nullptr,
           gdn::bp_mut(dU), gdn::bp_mut(D),  out.dS0.defined() ? out.dS0.data<float>() : nullptr,
           float(scale)};
-      gdn::run_scan<VS>(plan, d, true, dev, stream, [&](dim3 grid, const gdn::SegmentArgs& seg) {
+      gdn::run_scan<VS>(plan, d, true, dev, stream, phi, [&](dim3 grid, const gdn::SegmentArgs& seg) {
         gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, seg, d);
         HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
       });

@@ -349,9 +349,10 @@ struct ScanPlan {
 // Ties keep the single scan, and the narrower tile while every block fits at once (a shorter step),
 // else the one with fewer blocks (less repeated loading of the K-side tiles). HYBRID_GDN_SEGMENTS=0
 // keeps the single scan (A/B timing, bisecting a mismatch); =N (>= 2) takes N segments where there are
-// N chunks (timing the model's choice against others).
+// N chunks (timing the model's choice against others). given_nseg >= 2: the segments of a scan whose
+// transitions are given (the backward's, from the forward's Phi), so pass 1 forms no Phi; only VS is chosen.
 template <typename SmemOf>
-ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
+ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int given_nseg = 0) {
   static const int forced = [] {  // -1: the model's choice
     const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
     return e ? std::max(0, std::atoi(e)) : -1;
@@ -371,13 +372,15 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of) {
       if (best_cost < 0 || cost < best_cost || tie_wins)
         best = {vs, nseg, len}, best_cost = cost, best_blocks = blocks, best_fits = fits;
     };
-    if (forced < 2 || forced > d.NC) consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
-    for (int want = 2; segments && want <= std::min(d.NC, 64); ++want) {
+    if (given_nseg < 2 && (forced < 2 || forced > d.NC))
+      consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
+    for (int want = 2; (segments || given_nseg >= 2) && want <= std::min(d.NC, 64); ++want) {
       const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
       if (nseg != want) continue;  // the same segments as a smaller want
-      if (forced >= 2 && forced <= d.NC && nseg != forced) continue;
+      if (given_nseg >= 2 ? nseg != given_nseg : forced >= 2 && forced <= d.NC && nseg != forced) continue;
       // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
-      const int64_t pass1 = pairs * ((nseg - 1) * vt + (nseg - 2) * kt), pass3 = pairs * nseg * vt;
+      const int64_t phis = given_nseg >= 2 ? 0 : (nseg - 2) * kt;
+      const int64_t pass1 = pairs * ((nseg - 1) * vt + phis), pass3 = pairs * nseg * vt;
       consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg, pass1 + pass3,
                waves(pass1) == 1 && waves(pass3) == 1);
     }
@@ -394,21 +397,29 @@ struct SegmentArgs {
   const float* start;  // pass 3 in: (B HV, nseg, K, V) f32, the true start of each segment but the first scanned
 };
 
-// Pass 2 on the end states and transitions of pass 1 (reverse: the backward's order, last segment first).
+// Pass 2 on the end states and transitions of pass 1 (reverse: the backward's order, last segment first;
+// transposed: each Phi_s is read as its transpose, the forward's transitions in the backward).
 void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const bf16x* phi, float* start, bool reverse,
-                      cudaStream_t stream);
+                      bool transposed, cudaStream_t stream);
 
 // Runs a scan under the plan: launch(grid, seg) launches its kernel with that grid and SegmentArgs.
+// phi: undefined on entry, it receives the segments' transitions (when there are segments); defined,
+// it holds the forward's, to be read transposed, and pass 1 forms none (the plan's segments are its).
 template <int VS, typename Launch>
-void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Launch&& launch) {
+void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Tensor& phi,
+              Launch&& launch) {
   const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
   if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, false, nullptr, nullptr, nullptr});
+  const bool given = phi.defined();
+  HYB_CHECK(!given || phi.shape()[1] == p.nseg, "gated_delta_rule: the given segment transitions are for ",
+            phi.shape()[1], " segments, the plan has ", p.nseg);
   const Tensor end = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
-  const Tensor phi = Tensor::empty({d.B * d.HV, p.nseg, 2, d.K, d.K}, DType::bf16, dev);
+  if (!given) phi = Tensor::empty({d.B * d.HV, p.nseg, 2, d.K, d.K}, DType::bf16, dev);
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
-  const unsigned kt = p.nseg > 2 ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
-  launch(dim3(vt + kt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, true, end.data<float>(), chunk_mma::bp_mut(phi), nullptr});
-  combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, stream);
+  const unsigned kt = p.nseg > 2 && !given ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
+  launch(dim3(vt + kt, bhs, unsigned(p.nseg)),
+         SegmentArgs{p.len, true, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi), nullptr});
+  combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, stream);
   launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
 }
 

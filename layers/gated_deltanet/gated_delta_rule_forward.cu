@@ -320,7 +320,8 @@ struct SegmentCombineArgs {
   const bf16x* phi;  // (B HV, nseg, 2, K, K): pass 1's Phi, high and low parts
   float* start;      // (B HV, nseg, K, V): the true start of each segment but the first
   int nseg;
-  bool reverse;  // segments in decreasing order (the backward's reverse scan)
+  bool reverse;     // segments in decreasing order (the backward's reverse scan)
+  bool transposed;  // Phi_s read as its transpose (the backward's transitions from the forward's)
 };
 
 // Grid (ceil(V / VS), B HV), kThreads; smem SegmentCombineSmem<KT, VS> (36 KiB at KT = VS = 64). X = E of
@@ -380,9 +381,15 @@ __global__ void __launch_bounds__(kThreads) segment_combine_kernel(SegmentCombin
     __syncthreads();            // Phi_s and X complete
     const bf16x* hi = phi_tile(i % 2, L::kPhiHi);
     const bf16x* lo = phi_tile(i % 2, L::kPhiLo);
-    warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
-    warp_mma<MT2, NT, KT, false, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
-    warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    if (a.transposed) {
+      warp_mma<MT2, NT, KT, true, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
+      warp_mma<MT2, NT, KT, true, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
+      warp_mma<MT2, NT, KT, true, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    } else {
+      warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
+      warp_mma<MT2, NT, KT, false, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
+      warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    }
     __syncthreads();  // every warp is done with Phi_s and X
     copy_phi(s + 2 * step, i % 2);
   }
@@ -487,7 +494,7 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
 // Launchers.
 
 void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const bf16x* phi, float* start, bool reverse,
-                      cudaStream_t stream) {
+                      bool transposed, cudaStream_t stream) {
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     visit_vs(p.vs, [&](auto vt) {
@@ -495,7 +502,7 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
       const size_t smem = SegmentCombineSmem<KT, VS>::kBytes;
       set_smem(segment_combine_kernel<KT, VS>, smem);
       const dim3 grid(unsigned((d.V + VS - 1) / VS), unsigned(d.B * d.HV));
-      const SegmentCombineArgs a{end, phi, start, p.nseg, reverse};
+      const SegmentCombineArgs a{end, phi, start, p.nseg, reverse, transposed};
       segment_combine_kernel<KT, VS><<<grid, kThreads, smem, stream>>>(a, d);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule segment_combine_kernel", grid, kThreads, smem);
     });
@@ -519,7 +526,7 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
   WyScratch w{Tensor::empty({d.B, d.HV, d.NC, kC, d.K}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev),
-              keep_ainv ? Tensor::empty({d.B, d.HV, d.NC, 2, kC, kC}, DType::bf16, dev) : Tensor()};
+              keep_ainv ? Tensor::empty({d.B, d.HV, d.NC, 2, kC, kC}, DType::bf16, dev) : Tensor(), Tensor()};
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     const ScanPlan plan = scan_plan(d, dev.index, [](int vs) {
@@ -547,7 +554,7 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
                               S0.defined() ? S0.data<float>() : nullptr,
                               bp_mut(w.S),
                               final_state.defined() ? final_state.data<float>() : nullptr};
-      run_scan<VS>(plan, d, false, dev, stream, [&](dim3 grid, const SegmentArgs& seg) {
+      run_scan<VS>(plan, d, false, dev, stream, w.Phi, [&](dim3 grid, const SegmentArgs& seg) {
         forward_scan_kernel<KT, VS><<<grid, kScanThreads, smem, stream>>>(a, seg, d);
         HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kScanThreads, smem);
       });

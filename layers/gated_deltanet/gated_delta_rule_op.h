@@ -34,6 +34,10 @@ struct GatedDeltaChunkScratch {
   // backward's products take; only the forward's keep fills it (the backward's own rebuild, without
   // save_chunk_states, solves again inside its stage 2-3 kernel).
   Tensor Ainv;
+  // (B HV, nseg, 2, K, K) bf16 when the forward scan ran in segments (ScanPlan): each inner segment's
+  // transition Phi_s, high and low parts. The backward's transitions over the same segments are these
+  // transposed, so its scan takes the forward's segments and skips forming its own. Else undefined.
+  Tensor Phi;
 };
 
 struct GatedDeltaDims {
