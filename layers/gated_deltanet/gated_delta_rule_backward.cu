@@ -615,6 +615,14 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
 // ---------------------------------------------------------------------------------------------------
 // Launchers.
 
+size_t backward_scan_smem(int K, int vs) {
+  size_t bytes = 0;
+  visit_kt(K, [&](auto kt) {
+    visit_vs(vs, [&](auto vt) { bytes = BackwardScanSmem<decltype(kt)::value, decltype(vt)::value>::kBytes; });
+  });
+  return bytes;
+}
+
 size_t backward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
@@ -659,13 +667,8 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
     // The forward's segments, when it ran in segments: their transitions, transposed, are this scan's.
     Tensor phi = w.Phi;
     const gdn::ScanPlan plan = gdn::scan_plan(
-        d, dev.index,
-        [](int vs) {
-          size_t bytes = 0;
-          gdn::visit_vs(vs, [&](auto vt) { bytes = gdn::BackwardScanSmem<KT, decltype(vt)::value>::kBytes; });
-          return bytes;
-        },
-        phi.defined() ? int(phi.shape()[1]) : 0);
+        d, dev.index, [&](int vs) { return gdn::backward_scan_smem(d.K, vs); },
+        phi.defined() ? int(phi.shape()[1]) : 0, phi.defined());
     gdn::visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;

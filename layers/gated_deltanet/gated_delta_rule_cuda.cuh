@@ -336,9 +336,10 @@ void visit_vs(int vs, F&& f) {
 // (2) segment_combine_kernel: start_{s+1} = Phi_s start_s + E_s in scan order, sequential over the
 // segments only; (3) every segment again from its true start, writing what a single scan writes.
 struct ScanPlan {
-  int vs;    // state columns per block
-  int nseg;  // segments (1: one sequential scan per column tile)
-  int len;   // chunks per segment (the last may be shorter)
+  int vs;        // state columns per block
+  int nseg;      // segments (1: one sequential scan per column tile)
+  int len;       // chunks per segment (the last may be shorter)
+  int64_t cost;  // the critical path in chunk steps (scan_plan's model)
 };
 
 // The plan with the shortest critical path in chunk steps, counting a step as the same latency at any
@@ -349,10 +350,11 @@ struct ScanPlan {
 // Ties keep the single scan, and the narrower tile while every block fits at once (a shorter step),
 // else the one with fewer blocks (less repeated loading of the K-side tiles). HYBRID_GDN_SEGMENTS=0
 // keeps the single scan (A/B timing, bisecting a mismatch); =N (>= 2) takes N segments where there are
-// N chunks (timing the model's choice against others). given_nseg >= 2: the segments of a scan whose
-// transitions are given (the backward's, from the forward's Phi), so pass 1 forms no Phi; only VS is chosen.
+// N chunks (timing the model's choice against others). fixed_nseg >= 1: that segment count, only VS is
+// chosen; phi_given: the segments' transitions are given (the backward's, from the forward's Phi), so
+// pass 1 forms no Phi.
 template <typename SmemOf>
-ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int given_nseg = 0) {
+ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg = 0, bool phi_given = false) {
   static const int forced = [] {  // -1: the model's choice
     const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
     return e ? std::max(0, std::atoi(e)) : -1;
@@ -360,26 +362,26 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int given_nseg =
   const bool segments = forced != 0;
   const int64_t sms = chunk_mma::sm_count(device), pairs = int64_t(d.B) * d.HV;
   const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
-  ScanPlan best{64, 1, d.NC};
-  int64_t best_cost = -1, best_blocks = 0;
+  ScanPlan best{64, 1, d.NC, -1};
+  int64_t best_blocks = 0;
   bool best_fits = false;
   for (int vs : {16, 32, 64}) {
     const int64_t slots = sms * std::max<int64_t>(1, smem_sm / int64_t(smem_of(vs) + 1024));  // 1 KiB per block
     const int64_t vt = (d.V + vs - 1) / vs, kt = (d.K + vs - 1) / vs;
     auto waves = [&](int64_t blocks) { return (blocks + slots - 1) / slots; };
     auto consider = [&](int nseg, int len, int64_t cost, int64_t blocks, bool fits) {
-      const bool tie_wins = cost == best_cost && !(fits && best_fits) && blocks < best_blocks;
-      if (best_cost < 0 || cost < best_cost || tie_wins)
-        best = {vs, nseg, len}, best_cost = cost, best_blocks = blocks, best_fits = fits;
+      const bool tie_wins = cost == best.cost && !(fits && best_fits) && blocks < best_blocks;
+      if (best.cost < 0 || cost < best.cost || tie_wins)
+        best = {vs, nseg, len, cost}, best_blocks = blocks, best_fits = fits;
     };
-    if (given_nseg < 2 && (forced < 2 || forced > d.NC))
+    if (fixed_nseg == 1 || (fixed_nseg == 0 && (forced < 2 || forced > d.NC)))
       consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
-    for (int want = 2; (segments || given_nseg >= 2) && want <= std::min(d.NC, 64); ++want) {
+    for (int want = 2; (fixed_nseg >= 2 || (fixed_nseg == 0 && segments)) && want <= std::min(d.NC, 64); ++want) {
       const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
       if (nseg != want) continue;  // the same segments as a smaller want
-      if (given_nseg >= 2 ? nseg != given_nseg : forced >= 2 && forced <= d.NC && nseg != forced) continue;
+      if (fixed_nseg >= 2 ? nseg != fixed_nseg : forced >= 2 && forced <= d.NC && nseg != forced) continue;
       // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
-      const int64_t phis = given_nseg >= 2 ? 0 : (nseg - 2) * kt;
+      const int64_t phis = phi_given ? 0 : (nseg - 2) * kt;
       const int64_t pass1 = pairs * ((nseg - 1) * vt + phis), pass3 = pairs * nseg * vt;
       consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg, pass1 + pass3,
                waves(pass1) == 1 && waves(pass3) == 1);
@@ -387,6 +389,29 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int given_nseg =
   }
   return best;
 }
+
+// The forward scan's plan, its segments chosen for both scans: the backward takes the forward's segments
+// and transitions (run_scan), so a segment count is worth the forward's steps plus the backward's without
+// Phi tiles; one scan each is worth both single scans' (or the backward's own plan's) steps. At B T =
+// 32768, H 16, K = V = 64 on the H200 this takes 4 segments at 8k, where the forward alone took 3 (1.653
+// -> 1.543 ms with 4 forced). HYBRID_GDN_SEGMENTS leaves both scans to it.
+template <typename FwdSmemOf, typename BwdSmemOf>
+ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdSmemOf&& bwd_smem) {
+  if (std::getenv("HYBRID_GDN_SEGMENTS")) return scan_plan(d, device, fwd_smem);
+  ScanPlan best = scan_plan(d, device, fwd_smem, 1);
+  int64_t best_cost = best.cost + scan_plan(d, device, bwd_smem).cost;
+  for (int want = 2; want <= std::min(d.NC, 64); ++want) {
+    const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
+    if (nseg != want) continue;
+    const ScanPlan f = scan_plan(d, device, fwd_smem, nseg);
+    const int64_t cost = f.cost + scan_plan(d, device, bwd_smem, nseg, true).cost;
+    if (cost < best_cost) best = f, best_cost = cost;
+  }
+  return best;
+}
+
+// The backward scan's shared memory at column tile vs (forward_scan_plan weighs the backward's steps).
+size_t backward_scan_smem(int K, int vs);
 
 // What a scan kernel's block reads of the plan. The block's segment is blockIdx.z of gridDim.z.
 struct SegmentArgs {
