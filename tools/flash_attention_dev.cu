@@ -508,9 +508,18 @@ cudaError_t backward_deterministic(const FlashAttentionBackwardParams& p, void* 
   return flash_attention_backward(d, ws, s);
 }
 
+// The production backward launched head after head to the end (the order before the interleaved
+// tail, FlashAttentionBackwardParams::tail_heads).
+cudaError_t backward_head_order(const FlashAttentionBackwardParams& p, void* ws, cudaStream_t s) {
+  FlashAttentionBackwardParams d = p;
+  d.tail_heads = -1;
+  return flash_attention_backward(d, ws, s);
+}
+
 const Variant kBwdVariants[] = {
     {"prod", nullptr, flash_attention_backward, 0},
     {"det", nullptr, backward_deterministic, 0},
+    {"headseq", nullptr, backward_head_order, 0},
     {"b64x64", nullptr, flash::run_backward<B64x64>, 64},
     {"w128", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<2, 1>>>, 64, true},
     {"w64x2", nullptr, flash::run_backward<B64x64, flash::launch_backward_sm90<flash::Sm90BackwardTile<1, 2>>>, 64, true},

@@ -100,9 +100,8 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
             qh = j / d.hpg;
   const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * (warp % 4), m2 = (warp % 4) * (KT / 4);
-  const int half = warp / 4, nv = kSplit == 2 ? half * (VS / 2) : 0;  // the warp's first column
-  const bool active = half < kSplit;                                   // the warp owns dU and D columns
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, half = warp / 4;
+  const auto [m0, m2, nv, active] = scan_warp<KT, VS>(warp);
   float* sG = reinterpret_cast<float*>(smem + L::kGw) + warp * kC;
   const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;

@@ -33,6 +33,19 @@ constexpr int kScanThreads = 256;
 template <int VS>
 constexpr int kScanSplit = VS >= 32 ? 2 : 1;  // column halves (warp_mma takes n-tiles in pairs)
 
+// A scan warp's share of a chunk step: chunk rows [m0, m0 + 16) and state rows [m2, m2 + KT / 4) by
+// warp % 4, and where VS >= 32 the column half from nv by warp / 4. At VS = 16 the upper four warps own
+// no columns (active false): they only copy tiles.
+struct ScanWarp {
+  int m0, m2, nv;
+  bool active;
+};
+template <int KT, int VS>
+__device__ __forceinline__ ScanWarp scan_warp(int warp) {
+  const int half = warp / 4;
+  return {16 * (warp % 4), (warp % 4) * (KT / 4), kScanSplit<VS> == 2 ? half * (VS / 2) : 0, half < kScanSplit<VS>};
+}
+
 struct Dims {
   int B, T, H, HV, hpg, K, V, NC;  // hpg = HV / H: value head j reads q and k of head j / hpg
 };
@@ -342,6 +355,13 @@ struct ScanPlan {
   int64_t cost;  // the critical path in chunk steps (scan_plan's model)
 };
 
+// The chunks per segment that split NC chunks into exactly `want` segments, or 0 where no length does:
+// 10 chunks in 6 would take segments of 2, which make 5 (a smaller count's plan).
+inline int segment_len(int NC, int want) {
+  const int len = (NC + want - 1) / want;
+  return (NC + len - 1) / len == want ? len : 0;
+}
+
 // The plan with the shortest critical path in chunk steps, counting a step as the same latency at any
 // VS (the steps are latency-bound: a few dependent warp products, a barrier, the prefetch) and blocks
 // beyond what fits the SMs at once (smem_of(vs): the scan's shared memory) as further waves:
@@ -377,8 +397,8 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
     if (fixed_nseg == 1 || (fixed_nseg == 0 && (forced < 2 || forced > d.NC)))
       consider(1, d.NC, d.NC * waves(pairs * vt), pairs * vt, waves(pairs * vt) == 1);
     for (int want = 2; (fixed_nseg >= 2 || (fixed_nseg == 0 && segments)) && want <= std::min(d.NC, 64); ++want) {
-      const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
-      if (nseg != want) continue;  // the same segments as a smaller want
+      const int len = segment_len(d.NC, want), nseg = want;
+      if (len == 0) continue;
       if (fixed_nseg >= 2 ? nseg != fixed_nseg : forced >= 2 && forced <= d.NC && nseg != forced) continue;
       // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
       const int64_t phis = phi_given ? 0 : (nseg - 2) * kt;
@@ -401,10 +421,9 @@ ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdS
   ScanPlan best = scan_plan(d, device, fwd_smem, 1);
   int64_t best_cost = best.cost + scan_plan(d, device, bwd_smem).cost;
   for (int want = 2; want <= std::min(d.NC, 64); ++want) {
-    const int len = (d.NC + want - 1) / want, nseg = (d.NC + len - 1) / len;
-    if (nseg != want) continue;
-    const ScanPlan f = scan_plan(d, device, fwd_smem, nseg);
-    const int64_t cost = f.cost + scan_plan(d, device, bwd_smem, nseg, true).cost;
+    if (segment_len(d.NC, want) == 0) continue;
+    const ScanPlan f = scan_plan(d, device, fwd_smem, want);
+    const int64_t cost = f.cost + scan_plan(d, device, bwd_smem, want, true).cost;
     if (cost < best_cost) best = f, best_cost = cost;
   }
   return best;

@@ -213,9 +213,8 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
             qh = j / d.hpg;
   const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, m0 = 16 * (warp % 4), m2 = (warp % 4) * (KT / 4);
-  const int half = warp / 4, nv = kSplit == 2 ? half * (VS / 2) : 0;  // the warp's first column
-  const bool active = half < kSplit;                                   // the warp owns U and S columns
+  const int tid = threadIdx.x, lane = tid % 32;
+  const auto [m0, m2, nv, active] = scan_warp<KT, VS>(tid / 32);
   const bf16x* kb = a.k + (int64_t(b) * d.T * d.H + qh) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
   auto load_chunk = [&](int c, int p) {
@@ -259,8 +258,9 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
     const int64_t z = int64_t(bh) * d.NC + c;
     if (!seg.local) store_tile<KT, VS, kScanThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
 
-    const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
+    chunk_mma::PairCumsum gc{};
     if (active) {
+      gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
       float kd[2];
       row_kd(gc, m0, lane, kd);
       float u[1][NT][4];  // -U = -U0 + W @ S
@@ -381,15 +381,16 @@ __global__ void __launch_bounds__(kThreads) segment_combine_kernel(SegmentCombin
     __syncthreads();            // Phi_s and X complete
     const bf16x* hi = phi_tile(i % 2, L::kPhiHi);
     const bf16x* lo = phi_tile(i % 2, L::kPhiLo);
-    if (a.transposed) {
-      warp_mma<MT2, NT, KT, true, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
-      warp_mma<MT2, NT, KT, true, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
-      warp_mma<MT2, NT, KT, true, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
-    } else {
-      warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
-      warp_mma<MT2, NT, KT, false, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
-      warp_mma<MT2, NT, KT, false, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
-    }
+    auto join = [&](auto transposed) {
+      constexpr bool kT = decltype(transposed)::value;
+      warp_mma<MT2, NT, KT, kT, false>(X, hi, KT + 8, m2, sXhi, VS + 8, 0, lane);
+      warp_mma<MT2, NT, KT, kT, false>(X, lo, KT + 8, m2, sXhi, VS + 8, 0, lane);
+      warp_mma<MT2, NT, KT, kT, false>(X, hi, KT + 8, m2, sXlo, VS + 8, 0, lane);
+    };
+    if (a.transposed)
+      join(std::true_type{});
+    else
+      join(std::false_type{});
     __syncthreads();  // every warp is done with Phi_s and X
     copy_phi(s + 2 * step, i % 2);
   }

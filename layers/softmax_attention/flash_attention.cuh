@@ -48,6 +48,11 @@ struct FlashAttentionBackwardParams {
   // Bitwise reproducible dq and dscale_h: a separate dQ kernel instead of atomics (attention.md
   // 4.2; two more products per tile pair). dk and dv are reproducible either way.
   bool deterministic;
+  // Launch order of the K/V-parallel kernel: head after head, key blocks ascending, but the CTAs of
+  // the last tail_heads kv heads interleave (every such head's first key block, then the second...),
+  // so the last waves hold the short causal blocks; 0 = as many heads as fill about four waves of the
+  // SMs, -1 = head after head to the end.
+  int tail_heads;
 };
 
 // Null when the kernels take this call, else why not (D odd or over 256, Dv != D beyond the padded

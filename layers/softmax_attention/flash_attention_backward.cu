@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_backward
   float* sDi = sLse + 2 * kBM;                                    // two buffers of kBM
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  const BackwardBlock kb(f, blockIdx.x, kBN, kBM);
+  const BackwardBlock kb(f, blockIdx.x, kBN, kBM, p.tail_heads);
   const int b = kb.b, kvh = kb.kvh, G = f.Hq / f.Hkv, off = f.Tk - f.Tq;
   const int c_lo = kb.c_lo, c_hi = kb.c_hi, m_lo = kb.m_lo, n_m = kb.n_m;
   const int n_iter = G * n_m;
@@ -569,9 +569,14 @@ cudaError_t launch_backward_main(const FlashAttentionBackwardParams& p, float* d
                                       : flash_backward_kernel<Cfg, false, true>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
+  int per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const FlashAttentionBackwardParams q =
+      key_block_order(p, Cfg::kBlockN, std::max(per_sm, 1) * current_device_attribute<cudaDevAttrMultiProcessorCount>());
   const int grid = (p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN * p.fwd.Hkv * p.fwd.B;
   for (int d_lo = 0; d_lo < Cfg::kHeadDim; d_lo += Cfg::kSlab) {
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(BackwardArgs{p, dq_acc, di, d_lo});
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(BackwardArgs{q, dq_acc, di, d_lo});
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -82,11 +82,13 @@ struct ForwardVisits {
 // The key block [c_lo, c_hi] a K/V-parallel backward CTA owns and the query blocks (kBM rows,
 // [m_lo, m_lo + n_m)) that see some key of it. Launch order: the sink key blocks of every head
 // first (each sees all later queries), then head by head with key blocks ascending, so the longest
-// causal blocks start first and the CTAs in flight share one head's Q and dO through L2. (Heads
-// interleaved in groups, as the forward launches, measured up to 6% slower at 4k.)
+// causal blocks start first and the CTAs in flight share one head's Q and dO through L2; the last
+// tail_heads heads (resolved by key_block_order) interleave block by block, so no long block of a
+// late head starts in the last wave. (Every head interleaved in groups, as the forward launches,
+// measured up to 6% slower at 4k.)
 struct BackwardBlock {
   int b, kvh, c_lo, c_hi, m_lo, n_m;
-  __device__ BackwardBlock(const FlashAttentionForwardParams& f, int idx, int kBN, int kBM) {
+  __device__ BackwardBlock(const FlashAttentionForwardParams& f, int idx, int kBN, int kBM, int tail_heads) {
     const int n_blocks = (f.Tk + kBN - 1) / kBN;
     const int n_sinkb = f.window > 0 ? min(n_blocks, (f.sinks + kBN - 1) / kBN) : 0;
     const int heads = f.B * f.Hkv;
@@ -95,7 +97,11 @@ struct BackwardBlock {
       bg = idx / n_sinkb, n_block = idx % n_sinkb;
     } else {
       idx -= heads * n_sinkb;
-      bg = idx / (n_blocks - n_sinkb), n_block = n_sinkb + idx % (n_blocks - n_sinkb);
+      const int nb = n_blocks - n_sinkb, lead = (heads - tail_heads) * nb;
+      if (idx < lead)
+        bg = idx / nb, n_block = n_sinkb + idx % nb;
+      else
+        bg = heads - tail_heads + (idx - lead) % tail_heads, n_block = n_sinkb + (idx - lead) / tail_heads;
     }
     kvh = bg % f.Hkv, b = bg / f.Hkv;
     const int off = f.Tk - f.Tq;
@@ -292,6 +298,27 @@ inline FlashAttentionForwardParams query_block_order(const FlashAttentionForward
   FlashAttentionForwardParams r = p;
   const double kv_bytes = 2.0 * p.Tk * (p.D + p.Dv) / std::max(p.Hq / std::max(p.Hkv, 1), 1);
   r.head_group = launch_head_group(p.head_group, p.B * p.Hq, kv_bytes);
+  return r;
+}
+
+// Host side: p with tail_heads resolved for a K/V-parallel backward of kBN-key CTAs, `slots` of which
+// run at once. 0 asks for as many kv heads as fill four waves: in a model of the schedule (every slot
+// equally fast, CTAs dispatched in launch order) that brings the causal cases at B T = 32768 to within
+// 1% of an even share of the work, where head after head ends 3% to 6% over it. No more heads than
+// whose Q and dO fill half the L2 (the tail's CTAs in flight read them all); a window keeps head after
+// head, its blocks' lengths hardly differ.
+inline FlashAttentionBackwardParams key_block_order(const FlashAttentionBackwardParams& p, int kBN, int slots) {
+  FlashAttentionBackwardParams r = p;
+  const FlashAttentionForwardParams& f = p.fwd;
+  const int heads = f.B * f.Hkv, n_blocks = (f.Tk + kBN - 1) / kBN;
+  if (p.tail_heads < 0 || f.window > 0 || n_blocks == 0) {
+    r.tail_heads = 0;
+  } else if (p.tail_heads > 0) {
+    r.tail_heads = std::min(p.tail_heads, heads);
+  } else {
+    const double qdo_bytes = 2.0 * f.Tq * (f.D + f.Dv) * (f.Hq / std::max(f.Hkv, 1));
+    r.tail_heads = std::min((4 * slots + n_blocks - 1) / n_blocks, launch_head_group(0, heads, qdo_bytes));
+  }
   return r;
 }
 

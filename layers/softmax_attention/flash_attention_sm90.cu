@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const uint32_t full_bar = smem_u32(sDi + 2 * kBM);  // buffer `buf`'s barrier at + 8 buf
 
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, gr = lane / 4, tq = lane % 4;
-  const BackwardBlock kb(f, blockIdx.x, kBN, kBM);
+  const BackwardBlock kb(f, blockIdx.x, kBN, kBM, p.tail_heads);
   const int b = kb.b, kvh = kb.kvh, G = f.Hq / f.Hkv, off = f.Tk - f.Tq;
   const int c_lo = kb.c_lo, c_hi = kb.c_hi, m_lo = kb.m_lo, n_m = kb.n_m, n_iter = G * n_m;
 
@@ -674,7 +674,8 @@ cudaError_t launch_backward_sm90_as(const Sm90BackwardArgs& args, cudaStream_t s
 template <class Cfg>
 cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
                                  cudaStream_t stream) {
-  Sm90BackwardArgs args{p, dq_acc, di, {}, {}, {}, {}};
+  const int slots = Cfg::kMinBlocks * current_device_attribute<cudaDevAttrMultiProcessorCount>();
+  Sm90BackwardArgs args{key_block_order(p, Cfg::kBN, slots), dq_acc, di, {}, {}, {}, {}};
   const FlashAttentionForwardParams& f = p.fwd;
   const bool tma = map_rows64(&args.q_map, f.q, f.q_stride, f.Tq, f.Hq, f.B, Cfg::kBM) &&
                    map_rows64(&args.dout_map, p.dout, p.dout_stride, f.Tq, f.Hq, f.B, Cfg::kBM) &&
