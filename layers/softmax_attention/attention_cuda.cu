@@ -99,6 +99,7 @@ AttentionGrads attention_backward_cuda(const AttentionSaved& s, const Tensor& do
   b.dq_stride = strides_of(dq), b.dk_stride = strides_of(dk), b.dv_stride = strides_of(dv);
   b.dscale_h = dscale.defined() ? dscale.data<float>() : nullptr;
   b.deterministic = p.deterministic;
+  b.tail_heads = p.tail_heads;
   const char* why = flash_attention_unsupported(b.fwd);
   HYB_CHECK(!why, "attention_backward: the CUDA kernels do not take q ", s.q.str(), ", k ", s.k.str(), ", v ",
             s.v.str(), ": ", why ? why : "");

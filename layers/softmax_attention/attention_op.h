@@ -20,6 +20,9 @@ struct AttentionParams {
   int64_t sinks = 0;            // S >= 0: positions 0..S-1 stay visible to every later query
   // Atomic-free dQ in the CUDA backward (attention.md 4.2); the CPU reference is always deterministic.
   bool deterministic = false;
+  // Launch order of the CUDA backward's key blocks (FlashAttentionBackwardParams::tail_heads): 0 lets
+  // the kernels choose; the results do not depend on it beyond the order of dQ's fp32 atomic adds.
+  int tail_heads = 0;
   // Tq and Tk come from the shapes of q and k: query i sits at position i + Tk - Tq (bottom-right).
 };
 

@@ -50,8 +50,8 @@ struct FlashAttentionBackwardParams {
   bool deterministic;
   // Launch order of the K/V-parallel kernel: head after head, key blocks ascending, but the CTAs of
   // the last tail_heads kv heads interleave (every such head's first key block, then the second...),
-  // so the last waves hold the short causal blocks; 0 = as many heads as fill about four waves of the
-  // SMs, -1 = head after head to the end.
+  // so the last waves hold the short causal blocks; 0 = the kernel's default (flash::key_block_order:
+  // about four waves of the SMs in the one-warpgroup wgmma kernel, none elsewhere), -1 = none.
   int tail_heads;
 };
 

@@ -569,11 +569,7 @@ cudaError_t launch_backward_main(const FlashAttentionBackwardParams& p, float* d
                                       : flash_backward_kernel<Cfg, false, true>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  int per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const FlashAttentionBackwardParams q =
-      key_block_order(p, Cfg::kBlockN, std::max(per_sm, 1) * current_device_attribute<cudaDevAttrMultiProcessorCount>());
+  const FlashAttentionBackwardParams q = key_block_order(p, Cfg::kBlockN, 0);
   const int grid = (p.fwd.Tk + Cfg::kBlockN - 1) / Cfg::kBlockN * p.fwd.Hkv * p.fwd.B;
   for (int d_lo = 0; d_lo < Cfg::kHeadDim; d_lo += Cfg::kSlab) {
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(BackwardArgs{q, dq_acc, di, d_lo});

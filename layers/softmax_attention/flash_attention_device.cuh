@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "layers/softmax_attention/flash_attention.cuh"
 
@@ -301,23 +303,30 @@ inline FlashAttentionForwardParams query_block_order(const FlashAttentionForward
   return r;
 }
 
-// Host side: p with tail_heads resolved for a K/V-parallel backward of kBN-key CTAs, `slots` of which
-// run at once. 0 asks for as many kv heads as fill four waves: in a model of the schedule (every slot
-// equally fast, CTAs dispatched in launch order) that brings the causal cases at B T = 32768 to within
-// 1% of an even share of the work, where head after head ends 3% to 6% over it. No more heads than
-// whose Q and dO fill half the L2 (the tail's CTAs in flight read them all); a window keeps head after
-// head, its blocks' lengths hardly differ.
-inline FlashAttentionBackwardParams key_block_order(const FlashAttentionBackwardParams& p, int kBN, int slots) {
+// Host side: p with tail_heads resolved for a K/V-parallel backward of kBN-key CTAs. auto_slots > 0
+// (the CTAs that run at once) lets 0 mean as many kv heads as fill four waves: in a model of the
+// schedule (every slot equally fast, CTAs dispatched in launch order) that brings the causal cases at
+// B T = 32768 within 1% of an even share of the work, where head after head ends 3% to 6% over it; no
+// more heads than whose Q and dO fill half the L2 (the tail's CTAs in flight read them all). On the
+// H200 that held for the one-warpgroup wgmma kernel (2k 1.288 -> 1.268 ms, 4k 2.31 -> 2.25 fwd+bwd)
+// but the two-warpgroup one at 8k ran 2% to 5% slower (4.67 -> 4.75 ms), so auto_slots = 0 keeps head
+// after head there (and in the mma.sync kernels, not measured). A window keeps head after head: its
+// blocks' lengths hardly differ. HYBRID_FLASH_TAIL=0 makes 0 mean head after head (A/B timing).
+inline FlashAttentionBackwardParams key_block_order(const FlashAttentionBackwardParams& p, int kBN, int auto_slots) {
+  static const bool tail_off = [] {
+    const char* e = std::getenv("HYBRID_FLASH_TAIL");
+    return e && std::string(e) == "0";
+  }();
   FlashAttentionBackwardParams r = p;
   const FlashAttentionForwardParams& f = p.fwd;
   const int heads = f.B * f.Hkv, n_blocks = (f.Tk + kBN - 1) / kBN;
-  if (p.tail_heads < 0 || f.window > 0 || n_blocks == 0) {
-    r.tail_heads = 0;
-  } else if (p.tail_heads > 0) {
+  if (p.tail_heads > 0) {
     r.tail_heads = std::min(p.tail_heads, heads);
+  } else if (p.tail_heads < 0 || tail_off || auto_slots <= 0 || f.window > 0 || n_blocks == 0) {
+    r.tail_heads = 0;
   } else {
     const double qdo_bytes = 2.0 * f.Tq * (f.D + f.Dv) * (f.Hq / std::max(f.Hkv, 1));
-    r.tail_heads = std::min((4 * slots + n_blocks - 1) / n_blocks, launch_head_group(0, heads, qdo_bytes));
+    r.tail_heads = std::min((4 * auto_slots + n_blocks - 1) / n_blocks, launch_head_group(0, heads, qdo_bytes));
   }
   return r;
 }

@@ -674,7 +674,7 @@ cudaError_t launch_backward_sm90_as(const Sm90BackwardArgs& args, cudaStream_t s
 template <class Cfg>
 cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
                                  cudaStream_t stream) {
-  const int slots = Cfg::kMinBlocks * current_device_attribute<cudaDevAttrMultiProcessorCount>();
+  const int slots = Cfg::kWG == 1 ? Cfg::kMinBlocks * current_device_attribute<cudaDevAttrMultiProcessorCount>() : 0;
   Sm90BackwardArgs args{key_block_order(p, Cfg::kBN, slots), dq_acc, di, {}, {}, {}, {}};
   const FlashAttentionForwardParams& f = p.fwd;
   const bool tma = map_rows64(&args.q_map, f.q, f.q_stride, f.Tq, f.Hq, f.B, Cfg::kBM) &&
@@ -684,15 +684,17 @@ cudaError_t launch_backward_sm90(const FlashAttentionBackwardParams& p, float* d
   return tma ? launch_backward_sm90_as<Cfg, true>(args, stream) : launch_backward_sm90_as<Cfg, false>(args, stream);
 }
 
-// Where a key sees 8k query rows or more, CTAs of two warpgroups x 64 keys (one per SM) share each
+// Where a key sees 16k query rows or more, CTAs of two warpgroups x 64 keys (one per SM) share each
 // step's Q and dO tiles and halve the dQ reductions per FLOP; with fewer steps per CTA, three
-// independent one-warpgroup CTAs per SM overlap better. Measured on the H200, causal
-// (docs/perf_notes/flash_attention.md v6): 1k 0.73 against 0.88 ms, 4k 2.00 against 2.05, 8k 3.66
-// against 3.56, 16k 7.18 against 6.62; window 512 at 16k 0.81 against 1.06.
+// independent one-warpgroup CTAs per SM overlap better. Measured on the H200, causal fwd+bwd, `bench
+// ops` alternating the two in one call (2026-11-29, docs/perf_notes/flash_attention.md v8): at 8k one
+// warpgroup (with its interleaved tail, key_block_order) 4.39 to 4.66 ms against 4.85 to 4.88 (the 8k
+// case alone 4.08 to 4.20 against 4.50); at 16k 8.71 to 8.77 against 8.69 to 8.89. (In the harness of
+// 2026-11-28, before that tail and the branch-free masks, two warpgroups had won from 8k.)
 cudaError_t flash_backward_sm90_main(const FlashAttentionBackwardParams& p, float* dq_acc, const float* di,
                                      cudaStream_t stream) {
   const int rows_per_key = p.fwd.window > 0 ? std::min(p.fwd.window, p.fwd.Tq) : p.fwd.Tq;
-  if (rows_per_key >= 8192 && !p.deterministic)
+  if (rows_per_key >= 16384 && !p.deterministic)
     return launch_backward_sm90<Sm90BackwardTile<2, 1>>(p, dq_acc, di, stream);
   return launch_backward_sm90<Sm90BackwardTile<1, 3>>(p, dq_acc, di, stream);
 }
