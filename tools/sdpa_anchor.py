@@ -2,11 +2,12 @@
 bf16, is_causal=True) at the attention.md 4.5 benchmark shapes, so our flash-attention kernels
 (tools/flash_attention_dev.cu) can be compared with it in the same device call. CUDA events,
 median of 25 runs after 5 warm-ups; each SDPA backend that runs is timed, then the default choice.
-Usage: python3 tools/sdpa_anchor.py
+Usage: python3 tools/sdpa_anchor.py [--default-only]   (--default-only: the default choice alone)
 """
 
 import contextlib
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,8 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, cudnn {torch.backends.cudnn.version()}")
     print(f"{'backend':<10} {'T':>6} {'fwd ms':>9} {'fwd+bwd ms':>11} {'fwd TF/s':>9} {'total TF/s':>11}")
     backends = [("default", None), ("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    if "--default-only" in sys.argv[1:]:
+        backends = backends[:1]
     for name, backend in backends:
         for T in (1024, 2048, 4096, 8192, 16384):
             try:
