@@ -614,13 +614,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
 // ---------------------------------------------------------------------------------------------------
 // Launchers.
 
-size_t backward_scan_smem(int K, int vs) {
-  size_t bytes = 0;
-  visit_kt(K, [&](auto kt) {
-    visit_vs(vs, [&](auto vt) { bytes = BackwardScanSmem<decltype(kt)::value, decltype(vt)::value>::kBytes; });
-  });
-  return bytes;
-}
+size_t backward_scan_smem(int K, int vs) { return scan_smem_bytes<BackwardScanSmem>(K, vs); }
 
 size_t backward_smem_max(int K) {
   size_t need = 0;

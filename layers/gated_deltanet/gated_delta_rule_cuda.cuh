@@ -340,6 +340,25 @@ void visit_vs(int vs, F&& f) {
   return f(std::integral_constant<int, 64>{});
 }
 
+// Smem<KT, VS>::kBytes at head dim K and column tile vs: a scan's shared memory, as scan_plan weighs it.
+template <template <int, int> class Smem>
+size_t scan_smem_bytes(int K, int vs) {
+  size_t bytes = 0;
+  visit_kt(K, [&](auto kt) {
+    visit_vs(vs, [&](auto vt) { bytes = Smem<decltype(kt)::value, decltype(vt)::value>::kBytes; });
+  });
+  return bytes;
+}
+
+// HYBRID_GDN_SEGMENTS, read once: -1 unset (the model's choice), 0 one sequential scan, N >= 2 N segments.
+inline int forced_segments() {
+  static const int forced = [] {
+    const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
+    return e ? std::max(0, std::atoi(e)) : -1;
+  }();
+  return forced;
+}
+
 // How the forward scan (F3) and the reverse scan (stage 1) run. Both are affine in the state per chunk:
 // S_{c+1} = A_c S_c + B_c with A_c = gam_n I - K^T diag(kd) W (K x K), and D_{c-1} = A_c^T D_c + B'_c.
 // With nseg > 1 the chunks are split into segments of len chunks, scanned in three passes
@@ -375,10 +394,7 @@ inline int segment_len(int NC, int want) {
 // pass 1 forms no Phi.
 template <typename SmemOf>
 ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg = 0, bool phi_given = false) {
-  static const int forced = [] {  // -1: the model's choice
-    const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
-    return e ? std::max(0, std::atoi(e)) : -1;
-  }();
+  const int forced = forced_segments();
   const bool segments = forced != 0;
   const int64_t sms = chunk_mma::sm_count(device), pairs = int64_t(d.B) * d.HV;
   const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
@@ -417,7 +433,7 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
 // -> 1.543 ms with 4 forced). HYBRID_GDN_SEGMENTS leaves both scans to it.
 template <typename FwdSmemOf, typename BwdSmemOf>
 ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdSmemOf&& bwd_smem) {
-  if (std::getenv("HYBRID_GDN_SEGMENTS")) return scan_plan(d, device, fwd_smem);
+  if (forced_segments() >= 0) return scan_plan(d, device, fwd_smem);
   ScanPlan best = scan_plan(d, device, fwd_smem, 1);
   int64_t best_cost = best.cost + scan_plan(d, device, bwd_smem).cost;
   for (int want = 2; want <= std::min(d.NC, 64); ++want) {

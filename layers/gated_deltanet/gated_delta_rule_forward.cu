@@ -530,14 +530,9 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
               keep_ainv ? Tensor::empty({d.B, d.HV, d.NC, 2, kC, kC}, DType::bf16, dev) : Tensor(), Tensor()};
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const ScanPlan plan = forward_scan_plan(
-        d, dev.index,
-        [](int vs) {
-          size_t bytes = 0;
-          visit_vs(vs, [&](auto vt) { bytes = ForwardScanSmem<KT, decltype(vt)::value>::kBytes; });
-          return bytes;
-        },
-        [&](int vs) { return backward_scan_smem(d.K, vs); });
+    const ScanPlan plan =
+        forward_scan_plan(d, dev.index, [&](int vs) { return scan_smem_bytes<ForwardScanSmem>(d.K, vs); },
+                          [&](int vs) { return backward_scan_smem(d.K, vs); });
     {
       const size_t smem = WyPrepareSmem<KT>::kBytes;
       set_smem(wy_prepare_kernel<KT>, smem);
