@@ -175,21 +175,38 @@ __device__ __forceinline__ void store_pair(bf16x* row, int col, int n, float x0,
   }
 }
 
-// The warp's score columns n0 .. n0 + 8 NT of rows m0 .. m0 + 15 to a bf16 tile: f acc for col <= row,
-// else 0.
+// The warp's score columns n0 .. n0 + 8 NT of rows m0 .. m0 + 15 as bf16 pairs: f acc for col <= row, else 0.
+// Packed in registers, a fragment can wait out a barrier before it goes over a tile others still read.
+template <int NT>
+struct TrilFrag {
+  uint32_t w[NT][2];
+  __device__ __forceinline__ void pack(const float (&acc)[1][NT][4], float f, int m0, int n0, int lane) {
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni) {
+      const int r0 = m0 + frag_row(lane, 0), col = n0 + ni * 8 + frag_col(lane, 0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        w[ni][h] = pack_bf16(col <= r ? f * acc[0][ni][2 * h] : 0.f, col + 1 <= r ? f * acc[0][ni][2 * h + 1] : 0.f);
+      }
+    }
+  }
+  __device__ __forceinline__ void store(bf16x* s, int ld, int m0, int n0, int lane) const {
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint32_t*>(s + (m0 + frag_row(lane, 0) + 8 * h) * ld + n0 + ni * 8 + frag_col(lane, 0)) =
+            w[ni][h];
+  }
+};
+
 template <int NT>
 __device__ __forceinline__ void store_tril(bf16x* s, int ld, const float (&acc)[1][NT][4], float f, int m0, int n0,
                                            int lane) {
-#pragma unroll
-  for (int ni = 0; ni < NT; ++ni) {
-    const int r0 = m0 + frag_row(lane, 0), col = n0 + ni * 8 + frag_col(lane, 0);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      const float p0 = col <= r ? f * acc[0][ni][2 * h] : 0.f, p1 = col + 1 <= r ? f * acc[0][ni][2 * h + 1] : 0.f;
-      *reinterpret_cast<uint32_t*>(s + r * ld + col) = pack_bf16(p0, p1);
-    }
-  }
+  TrilFrag<NT> t;
+  t.pack(acc, f, m0, n0, lane);
+  t.store(s, ld, m0, n0, lane);
 }
 
 // The warp's slot fragment (slots n0 .. n0 + 8 NT) times f(row, slot) to its rows of a bf16 tile.

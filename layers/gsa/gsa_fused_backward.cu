@@ -46,7 +46,7 @@ using chunk_mma::zero;
 
 // B1 and B3 run 8 warps: warp w owns the chunk rows 16 (w % 4) .. + 15 and the column half w / 4 of every
 // product (MT / 2 of the slots, 32 of the 64 score columns, KT / 2 or VT / 2 of the head dims). The tiles
-// take ~170 KB at MT = 64 (~127 KB at 32), so one CTA fills an SM; 8 warps instead of 4 hide twice the
+// take ~151 KB at MT = 64 (one CTA an SM) and ~107 KB at 32 (two); 8 warps instead of 4 hide twice the
 // latency of its loads and products. The two warps of a row block exchange their halves of the slot
 // softmax's row sums through shared memory.
 constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps, kHalfC = kC / 2;
@@ -120,12 +120,12 @@ struct BackwardArgs {
   const float* delta = nullptr;  // (B, T, Hq) rowsum(dO .* O) of a larger softmax (nha), or null: the slots'
 };
 
-// bf16 elements of the backward's tiles; the fp32 part of its shared memory follows them. B1 (kLocal) has
-// no use for the last two score tiles (A2, dA1), which leaves it ~107 KB at MT = 32: two CTAs an SM.
-template <int KT, int VT, int MT, bool kLocal>
+// bf16 elements of the backward's tiles, the same for B1 and B3; the fp32 part of its shared memory follows
+// them.
+template <int KT, int VT, int MT>
 constexpr int backward_tile_elems() {
   constexpr int kLdM = ld_m<MT>;
-  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + MT * (VT + 8) + kC * kLdM + (kLocal ? 2 : 4) * kC * kLdA +
+  return 2 * kC * (KT + 8) + 2 * kC * (VT + 8) + KT * kLdM + MT * (VT + 8) + kC * kLdM + 2 * kC * kLdA +
          2 * kC * kLdM;
 }
 
@@ -134,18 +134,18 @@ template <int MT>
 constexpr int kTailParts = kBwdThreads / MT;
 
 // Bytes of the backward's tiles and fp32 part (16-byte multiples).
-template <int KT, int VT, int MT, bool kLocal>
+template <int KT, int VT, int MT>
 constexpr size_t backward_smem_fixed() {
-  const size_t tiles = size_t(backward_tile_elems<KT, VT, MT, kLocal>()) * 2;
+  const size_t tiles = size_t(backward_tile_elems<KT, VT, MT>()) * 2;
   return tiles + size_t(2 * kC * ld_f<MT> + (kTailParts<MT> + 3) * MT + kC + 2 * kC + kBwdThreads * MT / 4) *
                      sizeof(float);
 }
 
 // The chunk's gates into the backward's sB, sS (and the decay range into sRef, sSc): whether the chunk
 // takes the fast path.
-template <int KT, int VT, int MT, bool kLocal>
+template <int KT, int VT, int MT>
 __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d, unsigned char* smem) {
-  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT, kLocal>());
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());
   float* sS = sB + kC * ld_f<MT>;
   float* sRef = sS + kC * ld_f<MT>;
   float* sSc = sRef + MT;
@@ -196,11 +196,11 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   bf16x* sdA2 = sA1 + kC * kLdA;
   bf16x* sPe = sdA2 + kC * kLdA;                // [64][kLdM] Pe (B3 fallback: dZ)
   bf16x* sdZe = sPe + kC * kLdM;                // [64][kLdM] dZe
-  bf16x* sA2 = sdZe + kC * kLdM;                // [64][kLdA] x 2, B3 only: A2, dA1
-  bf16x* sdA1 = sA2 + kC * kLdA;
+  bf16x* sdA1 = sA1;                            // B3, once dS's intra part has read A1 and dA2
+  bf16x* sA2 = sdA2;
   bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
   bf16x* sdZ = sPe;
-  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT, kLocal>());  // [64][kLdF] b
+  float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());  // [64][kLdF] b
   float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
   float* sRef = sS + kC * kLdF;                           // [MT]
   float* sSc = sRef + MT;                                 // [MT] exp(ref)
@@ -377,6 +377,17 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         store_slots(sdZ, kLdM, z, m0, n0, lane, one);
       }
       __syncthreads();  // both slot halves of the rows of Pe and dZe (the fallback: P and dZ)
+      // dS's intra part (A1^T dZe + dA2^T Pe over the rows i >= j) goes first: dA1 and A2 then take the
+      // tiles of A1 and dA2, which keeps B3 in B1's shared memory (two CTAs an SM at MT = 32).
+      if constexpr (fast) {
+        for (int k0 = m0; k0 < kC; k0 += 16) {
+          warp_mma<1, kHalf / 8, 16, true, false>(dSa, sA1 + k0 * kLdA, kLdA, m0, sdZe + k0 * kLdM, kLdM, n0, lane);
+          warp_mma<1, kHalf / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, n0, lane);
+        }
+      } else {
+        ew_trows<MT>(dSa, sA1, sdZ, sdA2, sP, sB, m0, n0, lane);
+      }
+      TrilFrag<kHalfC / 8> tdA1, tA2;
       {
         float x[1][kHalfC / 8][4];
         if constexpr (fast) {
@@ -385,15 +396,18 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         } else {
           ew_cols<MT>(x, sdZ, sB, sS, m0, ns, lane);
         }
-        store_tril(sdA1, kLdA, x, 1.f, m0, ns, lane);
+        tdA1.pack(x, 1.f, m0, ns, lane);
         if constexpr (fast) {
           zero(x);
           if (live) warp_mma<1, kHalfC / 8, MT, false, true>(x, sPe, kLdM, m0, sSp, kLdM, ns, lane);
         } else {
           ew_cols<MT>(x, sP, sB, sS, m0, ns, lane);
         }
-        store_tril(sA2, kLdA, x, 1.f, m0, ns, lane);
+        tA2.pack(x, 1.f, m0, ns, lane);
       }
+      __syncthreads();  // every warp is done with A1 and dA2
+      tdA1.store(sdA1, kLdA, m0, ns, lane);
+      tA2.store(sA2, kLdA, m0, ns, lane);
       __syncthreads();  // every warp's part of the score tiles dA1 and A2
       {  // dQ = scale (dZe HkS'^T + dA1 Kc)
         float x[1][KT / 16][4];
@@ -415,12 +429,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       for (int k0 = m0; k0 < kC; k0 += 16) {  // the rows i >= j of the transposed products
         warp_mma<1, VT / 16, 16, true, false>(dVa, sA2 + k0 * kLdA, kLdA, m0, sDO + k0 * (VT + 8), VT + 8, nv, lane);
         warp_mma<1, KT / 16, 16, true, false>(dKa, sdA1 + k0 * kLdA, kLdA, m0, sQ + k0 * (KT + 8), KT + 8, nk, lane);
-        if constexpr (fast) {
-          warp_mma<1, kHalf / 8, 16, true, false>(dSa, sA1 + k0 * kLdA, kLdA, m0, sdZe + k0 * kLdM, kLdM, n0, lane);
-          warp_mma<1, kHalf / 8, 16, true, false>(dSa, sdA2 + k0 * kLdA, kLdA, m0, sPe + k0 * kLdM, kLdM, n0, lane);
-        }
       }
-      if constexpr (!fast) ew_trows<MT>(dSa, sA1, sdZ, sdA2, sP, sB, m0, n0, lane);
     }
   }
 
@@ -571,7 +580,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 
 // B1 (kLocal) and B3. Grid (NC, B Hkv).
 template <int KT, int VT, int MT, bool kLocal>
-__global__ void __launch_bounds__(kBwdThreads, kLocal && MT == 32 ? 2 : 1) gsa_backward_kernel(BackwardArgs a, Dims d) {
+__global__ void __launch_bounds__(kBwdThreads, MT == 32 ? 2 : 1) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Every load the chunk starts with goes out before the gates are summed: k, v and the first head's q,
   // dO asynchronously to their tiles, the fp32 memories into registers.
@@ -594,7 +603,7 @@ __global__ void __launch_bounds__(kBwdThreads, kLocal && MT == 32 ? 2 : 1) gsa_b
   HvRegs<MT, VT> hv;
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
-  if (chunk_guard<KT, VT, MT, kLocal>(a, d, smem))
+  if (chunk_guard<KT, VT, MT>(a, d, smem))
     backward_chunk<KT, VT, MT, kLocal, true>(a, d, smem, hk, hv);
   else
     backward_chunk<KT, VT, MT, kLocal, false>(a, d, smem, hk, hv);
@@ -619,7 +628,7 @@ size_t backward_smem_bytes(int64_t K, int64_t V, int64_t M) {
   size_t r = 0;
   visit_tiles(K, V, [&](auto kt, auto vt) {
     visit_slots(M, [&](auto mt) {
-      r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value, decltype(mt)::value, false>();
+      r = backward_smem_fixed<decltype(kt)::value, decltype(vt)::value, decltype(mt)::value>();
     });
   });
   return r;
@@ -670,11 +679,10 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   visit_tiles(d.K, d.V, [&](auto kt, auto vt) {
     visit_slots(d.M, [&](auto mt) {
       constexpr int KT = decltype(kt)::value, VT = decltype(vt)::value, MT = decltype(mt)::value;
-      const size_t smem_local = backward_smem_fixed<KT, VT, MT, true>();
-      const size_t smem = backward_smem_fixed<KT, VT, MT, false>();
-      set_smem(gsa_backward_kernel<KT, VT, MT, true>, smem_local);
-      gsa_backward_kernel<KT, VT, MT, true><<<grid, kBwdThreads, smem_local, stream>>>(a, d);  // B1
-      HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem_local);
+      const size_t smem = backward_smem_fixed<KT, VT, MT>();
+      set_smem(gsa_backward_kernel<KT, VT, MT, true>, smem);
+      gsa_backward_kernel<KT, VT, MT, true><<<grid, kBwdThreads, smem, stream>>>(a, d);  // B1
+      HYB_CUDA_LAUNCH_CHECK("gsa gsa_backward_kernel (local)", grid, kBwdThreads, smem);
       state_scan(Dk, st.decay, d, false, true, dHkT, r.dHk0, stream);  // B2
       state_scan(Dv, st.decay, d, true, true, dHvT, r.dHv0, stream);
       set_smem(gsa_backward_kernel<KT, VT, MT, false>, smem);
