@@ -455,6 +455,22 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         if (m < d.M) store_pair(uv + int64_t(m) * d.V, col, d.V, Uv[0][ni][2 * h] * sSc[m], Uv[0][ni][2 * h + 1] * sSc[m]);
       }
   } else {
+    // The tail of dG (below) reads the chunk-start memories from global memory: its loads go out first, to
+    // be in flight with those of dHkE and dHvE.
+    static_assert(kBwdThreads == kParts * MT && 32 % kParts == 0, "whole parts a slot, a row's lanes in a warp");
+    const int mk = threadIdx.x % MT, pk = threadIdx.x / MT;  // Hk: slot mk, rows pk, pk + kParts, ...
+    const int mv = threadIdx.x / kParts, pv = threadIdx.x % kParts;  // Hv: row mv, columns pv, pv + kParts, ...
+    float hkx[KT / kParts], hvx[VT / kParts];
+    {
+      const bf16x* HkS = a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM;
+      const bf16x* HvS = a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV;
+#pragma unroll
+      for (int i = 0; i < KT / kParts; ++i)
+        hkx[i] = mk < d.M && pk + kParts * i < d.K ? bf(HkS[int64_t(pk + kParts * i) * d.M + mk]) : 0.f;
+#pragma unroll
+      for (int i = 0; i < VT / kParts; ++i)
+        hvx[i] = mv < d.M && pv + kParts * i < d.V ? bf(HvS[int64_t(mv) * d.V + pv + kParts * i]) : 0.f;
+    }
     __syncthreads();  // done with the memory tiles and Sp
     const bf16x* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
     const bf16x* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
@@ -476,31 +492,16 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
        // exp(bl) times the bf16 chunk-start memories against dH as rounded in the tiles. In parts the dG pass
        // adds: sTail[p][m] (p < kParts) over the rows p, p + kParts, ... of Hk, sTail[kParts][m] over row m
        // of Hv (kParts lanes a row).
-      const bf16x* HkS = a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM;
-      const bf16x* HvS = a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV;
-      static_assert(kBwdThreads == kParts * MT && 32 % kParts == 0, "whole parts a slot, a row's lanes in a warp");
-      {
-        const int m = threadIdx.x % MT, p = threadIdx.x / MT;
-        float x[KT / kParts], t = 0.f;
+      float t = 0.f;
 #pragma unroll
-        for (int i = 0; i < KT / kParts; ++i)
-          x[i] = m < d.M && p + kParts * i < d.K ? bf(HkS[int64_t(p + kParts * i) * d.M + m]) : 0.f;
+      for (int i = 0; i < KT / kParts; ++i) t += hkx[i] * bf(sHk[(pk + kParts * i) * kLdM + mk]);
+      sTail[pk * MT + mk] = __expf(bl[mk]) * t;
+      t = 0.f;
 #pragma unroll
-        for (int i = 0; i < KT / kParts; ++i) t += x[i] * bf(sHk[(p + kParts * i) * kLdM + m]);
-        sTail[p * MT + m] = __expf(bl[m]) * t;
-      }
-      {
-        const int m = threadIdx.x / kParts, p = threadIdx.x % kParts;
-        float x[VT / kParts], t = 0.f;
+      for (int i = 0; i < VT / kParts; ++i) t += hvx[i] * bf(sHv[mv * (VT + 8) + pv + kParts * i]);
 #pragma unroll
-        for (int i = 0; i < VT / kParts; ++i)
-          x[i] = m < d.M && p + kParts * i < d.V ? bf(HvS[int64_t(m) * d.V + p + kParts * i]) : 0.f;
-#pragma unroll
-        for (int i = 0; i < VT / kParts; ++i) t += x[i] * bf(sHv[m * (VT + 8) + p + kParts * i]);
-#pragma unroll
-        for (int o = 1; o < kParts; o *= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (p == 0) sTail[kParts * MT + m] = __expf(bl[m]) * t;
-      }
+      for (int o = 1; o < kParts; o *= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
+      if (pv == 0) sTail[kParts * MT + mv] = __expf(bl[mv]) * t;
     }
     // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
     // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem); its inter part goes to
@@ -579,6 +580,8 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 }
 
 // B1 (kLocal) and B3. Grid (NC, B Hkv).
+// At MT = 32 both run two CTAs an SM at 128 registers: B3 then spills ~160 bytes a thread, and still
+// takes 887 us a launch at nha's 4k bench shape against 954 at one CTA (H200, ncu, one call).
 template <int KT, int VT, int MT, bool kLocal>
 __global__ void __launch_bounds__(kBwdThreads, MT == 32 ? 2 : 1) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
