@@ -9,7 +9,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -434,6 +437,15 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
 template <typename FwdSmemOf, typename BwdSmemOf>
 ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdSmemOf&& bwd_smem) {
   if (forced_segments() >= 0) return scan_plan(d, device, fwd_smem);
+  // The search below runs scan_plan up to ~130 times, and a layer's shape comes back every step: the plan
+  // is kept per shape (the shared memory weighed depends on K alone).
+  static std::mutex mu;
+  static std::map<std::array<int, 6>, ScanPlan> plans;
+  const std::array<int, 6> key{device, d.B, d.HV, d.K, d.V, d.NC};
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = plans.find(key); it != plans.end()) return it->second;
+  }
   ScanPlan best = scan_plan(d, device, fwd_smem, 1);
   int64_t best_cost = best.cost + scan_plan(d, device, bwd_smem).cost;
   for (int want = 2; want <= std::min(d.NC, 64); ++want) {
@@ -442,6 +454,8 @@ ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdS
     const int64_t cost = f.cost + scan_plan(d, device, bwd_smem, want, true).cost;
     if (cost < best_cost) best = f, best_cost = cost;
   }
+  const std::lock_guard<std::mutex> lock(mu);
+  plans.emplace(key, best);
   return best;
 }
 

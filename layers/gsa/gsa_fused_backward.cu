@@ -173,16 +173,36 @@ __device__ __forceinline__ void load_head_async(const BackwardArgs& a, const Dim
   flash::cp_async_commit();
 }
 
-template <int KT, int MT>
-using HkRegs = StateRegs<KT, MT, kBwdThreads>;
-template <int MT, int VT>
-using HvRegs = StateRegs<MT, VT, kBwdThreads>;
+// How the chunk-start memories reach their tiles. B3 at MT = 32 (two CTAs an SM at 128 registers) copies
+// them with cp.async and scales them in place once the gates are summed: held in registers across the
+// gates' sum, they spilled, and each spill store waited for its load (B3 887 -> 764 us a launch at nha's
+// 4k bench shape, ncu, H200). The other instantiations have registers to spare and keep the register
+// fetch, which measured ahead there (B1 at MT = 32 305 against 310 us; gsa's B3 1565 against 1580).
+// Hk's rows take 16-byte copies only at M % 8 == 0; else backward_chunk loads Hk once the gates are
+// summed.
+template <int MT, bool kLocal>
+constexpr bool kStatesAsync = !kLocal && MT == 32;
+__device__ __forceinline__ bool hk_async(const Dims& d) { return d.M % 8 == 0; }
+template <int KT, int VT, int MT, bool kAsync>
+struct StateFetch {  // kAsync: nothing held
+  __device__ __forceinline__ void fetch(const BackwardArgs&, const Dims&, int64_t) {}
+};
+template <int KT, int VT, int MT>
+struct StateFetch<KT, VT, MT, false> {
+  StateRegs<KT, MT, kBwdThreads> hk;
+  StateRegs<MT, VT, kBwdThreads> hv;
+  __device__ __forceinline__ void fetch(const BackwardArgs& a, const Dims& d, int64_t slot) {
+    hk.fetch(a.Hk + slot * d.K * d.M, d.K, d.M);
+    hv.fetch(a.Hv + slot * d.M * d.V, d.M, d.V);
+  }
+};
 
-// hk, hv: the chunk-start memories, fetched (gsa_backward_kernel); k, v and the first head's q, dO are
-// in flight to their tiles.
+// k, v and the first head's q, dO are in flight to their tiles; the chunk-start memories in st or (kStatesAsync)
+// in flight to theirs, unscaled (Hk where hk_async).
 template <int KT, int VT, int MT, bool kLocal, bool kFast>
 __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims& d, unsigned char* smem,
-                                               const HkRegs<KT, MT>& hk, const HvRegs<MT, VT>& hv) {
+                                               const StateFetch<KT, VT, MT, kStatesAsync<MT, kLocal>>& st) {
+  constexpr bool kAsync = kStatesAsync<MT, kLocal>;
   constexpr bool fast = kFast;
   constexpr int kLdM = ld_m<MT>, kLdF = ld_f<MT>, kHalf = MT / 2, kParts = kTailParts<MT>;
   bf16x* sQ = reinterpret_cast<bf16x*>(smem);  // [64][KT + 8]
@@ -223,8 +243,27 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   }
   __syncthreads();
   const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V;
-  hk.store(sHk, kLdM, nullptr, sSc);
-  hv.store(sHv, VT + 8, sSc, nullptr);
+  if constexpr (kAsync) {
+    if (!hk_async(d))
+      load_state<KT, MT, kBwdThreads>(sHk, kLdM, a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM, d.K, d.M, nullptr, sSc);
+  } else {
+    st.hk.store(sHk, kLdM, nullptr, sSc);
+    st.hv.store(sHv, VT + 8, sSc, nullptr);
+  }
+  // kAsync: the copied memories times exp(ref), once they have landed: Hv's rows and (hk_async) Hk's columns.
+  auto scale_states = [&] {
+    for (int x = threadIdx.x; x < MT * VT / 2; x += kBwdThreads) {
+      const int r = x / (VT / 2), col = (x % (VT / 2)) * 2;
+      uint32_t* w = reinterpret_cast<uint32_t*>(sHv + r * (VT + 8) + col);
+      *w = pack_bf16(bf16x2_lo(*w) * sSc[r], bf16x2_hi(*w) * sSc[r]);
+    }
+    if (hk_async(d))
+      for (int x = threadIdx.x; x < KT * MT / 2; x += kBwdThreads) {
+        const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
+        uint32_t* w = reinterpret_cast<uint32_t*>(sHk + r * kLdM + m);
+        *w = pack_bf16(bf16x2_lo(*w) * sSc[m], bf16x2_hi(*w) * sSc[m + 1]);
+      }
+  };
   if constexpr (fast)
     for (int x = threadIdx.x; x < kC * MT / 2; x += kBwdThreads) {
       const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
@@ -265,6 +304,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
     flash::cp_async_wait<0>();
     __syncthreads();
+    if (kAsync && hi == 0) scale_states();  // read first after the barrier below
     {
       float x[1][kHalfC / 8][4];
       zero(x);
@@ -580,13 +620,15 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 }
 
 // B1 (kLocal) and B3. Grid (NC, B Hkv).
-// At MT = 32 both run two CTAs an SM at 128 registers: B3 then spills ~160 bytes a thread, and still
-// takes 887 us a launch at nha's 4k bench shape against 954 at one CTA (H200, ncu, one call).
+// At MT = 32 both run two CTAs an SM at 128 registers. B3 spills there (~90 words a thread, ptxas), yet
+// took 887 us a launch at nha's 4k bench shape against 954 at one CTA (H200, ncu, one call, both with
+// the memories fetched into registers; kStatesAsync since).
 template <int KT, int VT, int MT, bool kLocal>
 __global__ void __launch_bounds__(kBwdThreads, MT == 32 ? 2 : 1) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
-  // Every load the chunk starts with goes out before the gates are summed: k, v and the first head's q,
-  // dO asynchronously to their tiles, the fp32 memories into registers.
+  // Every load the chunk starts with goes out before the gates are summed: k, v, the first head's q, dO
+  // (and kStatesAsync the chunk-start memories) asynchronously to their tiles, else the memories into
+  // registers.
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, ts = c * kC - d.shift;
   bf16x* sK = reinterpret_cast<bf16x*>(smem) + kC * (KT + 8);
   bf16x* sV = sK + kC * (KT + 8);
@@ -594,7 +636,15 @@ __global__ void __launch_bounds__(kBwdThreads, MT == 32 ? 2 : 1) gsa_backward_ke
                                        d.T - d.shift, d.K);
   load_rows_async<kC, VT, kBwdThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts,
                                        d.T - d.shift, d.V);
-  load_head_async<KT, VT>(a, d, smem, j * d.G);
+  const int64_t slot = int64_t(bj) * (d.NC + 1) + c;
+  StateFetch<KT, VT, MT, kStatesAsync<MT, kLocal>> st;
+  if constexpr (kStatesAsync<MT, kLocal>) {
+    bf16x* sHk = sV + 2 * kC * (VT + 8);  // after sV and sDO (backward_chunk)
+    bf16x* sHv = sHk + KT * ld_m<MT>;
+    if (hk_async(d)) load_rows_async<KT, MT, kBwdThreads>(sHk, a.Hk + slot * d.K * d.M, d.M, 0, d.K, d.M);
+    load_rows_async<MT, VT, kBwdThreads>(sHv, a.Hv + slot * d.M * d.V, d.V, 0, d.M, d.V);
+  }
+  load_head_async<KT, VT>(a, d, smem, j * d.G);  // commits the group
   if constexpr (!kLocal) {  // dHkE, dHvE, read after the head loop, from DRAM into L2 meanwhile
     const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V, lk = (KM + 63) / 64, lv = (MV + 63) / 64;
     const bf16x* dhk = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
@@ -602,14 +652,11 @@ __global__ void __launch_bounds__(kBwdThreads, MT == 32 ? 2 : 1) gsa_backward_ke
     for (int64_t x = threadIdx.x; x < lk + lv; x += kBwdThreads)  // a 128-byte line (64 elements) a thread
       chunk_mma::prefetch_l2(x < lk ? dhk + 64 * x : dhv + 64 * (x - lk));
   }
-  HkRegs<KT, MT> hk;
-  HvRegs<MT, VT> hv;
-  hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
-  hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
+  st.fetch(a, d, slot);
   if (chunk_guard<KT, VT, MT>(a, d, smem))
-    backward_chunk<KT, VT, MT, kLocal, true>(a, d, smem, hk, hv);
+    backward_chunk<KT, VT, MT, kLocal, true>(a, d, smem, st);
   else
-    backward_chunk<KT, VT, MT, kLocal, false>(a, d, smem, hk, hv);
+    backward_chunk<KT, VT, MT, kLocal, false>(a, d, smem, st);
 }
 
 
