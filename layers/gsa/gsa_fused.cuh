@@ -80,13 +80,14 @@ constexpr int kLoadBatch = 8;
 // chunk's n = min(64, T - t0) rows (padded rows repeat the last valid one), and, for m < MT: sLo[m],
 // sHi[m] the least and largest of 0 and b over those rows (both optional). NTHREADS threads take part;
 // ends with a barrier.
+// copied: the tiles are in place already (copy_gates_async's copies, landed and waited for), only summed.
 template <int MT, int NTHREADS = kThreads>
 __device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
-                                           float* sB, float* sS, float* sLo, float* sHi) {
+                                           float* sB, float* sS, float* sLo, float* sHi, bool copied = false) {
   constexpr int kIters = kC * MT / NTHREADS, kLdF = ld_f<MT>;
   static_assert(kIters % kLoadBatch == 0, "whole batches");
   const int n = min(kC, T - t0);
-  for (int i0 = 0; i0 < kIters; i0 += kLoadBatch) {
+  for (int i0 = 0; i0 < kIters && !copied; i0 += kLoadBatch) {
     float gv[kLoadBatch], sv[kLoadBatch];
 #pragma unroll
     for (int u = 0; u < kLoadBatch; ++u) {
@@ -115,6 +116,28 @@ __device__ __forceinline__ void load_gates(const float* g, const float* s, int64
     if (sLo) sLo[m] = lo, sHi[m] = hi;
   }
   __syncthreads();
+}
+
+// Whether the gate rows (M floats) split into the 16-byte pieces of copy_gates_async.
+__host__ __device__ inline bool gates_async(int M) { return M % 4 == 0; }
+
+// load_gates' loads as 16-byte cp.async copies, in the caller's group (zeros where load_gates writes them):
+// every row is in flight at once, where load_gates' register batches wait for memory one after another
+// (two to four times a chunk at 128 threads). Then load_gates(..., copied = true) once the group has landed.
+template <int MT, int NTHREADS = kThreads>
+__device__ __forceinline__ void copy_gates_async(const float* g, const float* s, int64_t row_stride, int t0, int T,
+                                                 int M, float* sB, float* sS) {
+  constexpr int kVec = MT / 4, kIters = kC * kVec / NTHREADS, kLdF = ld_f<MT>;
+  static_assert(kC * kVec % NTHREADS == 0, "the tile splits evenly over the threads");
+  const int n = min(kC, T - t0);
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int x = it * NTHREADS + threadIdx.x, r = x / kVec, c4 = (x % kVec) * 4;
+    const bool ok = t0 + r >= 0 && r < n && c4 < M;
+    const int64_t off = ok ? int64_t(t0 + r) * row_stride + c4 : 0;
+    flash::cp_async16(flash::smem_u32(sB + r * kLdF + c4), g + off, ok);
+    flash::cp_async16(flash::smem_u32(sS + r * kLdF + c4), s + off, ok);
+  }
 }
 
 // A bf16 R x Cc matrix (row-major) in registers, NTHREADS threads holding two adjacent elements an item:

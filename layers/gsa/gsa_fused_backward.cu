@@ -151,8 +151,9 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
   float* sSc = sRef + MT;
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC;
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
+  flash::cp_async_wait<1>();  // the gates' group (gsa_backward_kernel)
   load_gates<MT, kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB,
-                          sS, sRef, sSc);
+                              sS, sRef, sSc, gates_async(d.M));
   float range = 0.f;
   for (int m = 0; m < MT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
   return range <= kRefRange;  // false for NaN gates too
@@ -626,10 +627,17 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 template <int KT, int VT, int MT, bool kLocal>
 __global__ void __launch_bounds__(kBwdThreads, MT == 32 ? 2 : 1) gsa_backward_kernel(BackwardArgs a, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
-  // Every load the chunk starts with goes out before the gates are summed: k, v, the first head's q, dO
-  // (and kStatesAsync the chunk-start memories) asynchronously to their tiles, else the memories into
-  // registers.
+  // Every load the chunk starts with goes out before the gates are summed: the gates (gates_async) in a
+  // first group, k, v, the first head's q, dO (and kStatesAsync the chunk-start memories) in a second,
+  // else the memories into registers.
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, ts = c * kC - d.shift;
+  if (gates_async(d.M)) {  // in a group of their own, waited for by chunk_guard
+    float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());
+    const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
+    copy_gates_async<MT, kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, d.T - d.shift, d.M, sB,
+                                      sB + kC * ld_f<MT>);
+  }
+  flash::cp_async_commit();
   bf16x* sK = reinterpret_cast<bf16x*>(smem) + kC * (KT + 8);
   bf16x* sV = sK + kC * (KT + 8);
   load_rows_async<kC, KT, kBwdThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts,

@@ -73,10 +73,14 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the chunk's first token and the token count
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
+  const bool gasync = gates_async(d.M);  // the gates in the first group, k and v in the second
+  if (gasync) copy_gates_async<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS);
+  flash::cp_async_commit();
   load_rows_async<kC, KT, kThreads>(sK, k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K);
   load_rows_async<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V);
-  flash::cp_async_commit();  // waited for with the gates
-  load_gates<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr);
+  flash::cp_async_commit();
+  flash::cp_async_wait<1>();
+  load_gates<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr, gasync);
   const float* bl = sB + (n - 1) * kLdF;
   constexpr int kPairs = kC * MT / 2 / kThreads;
   static_assert(kC * MT / 2 % kThreads == 0, "S .* Rem pairs split evenly over the threads");
@@ -203,13 +207,16 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq, j = h / d.G, t0 = c * kC;
   const int n = min(kC, d.T - t0), bj = b * d.Hkv + j;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
-  // Every load goes out before the gates are summed: the bf16 tiles asynchronously, the fp32 memories into
-  // registers.
-  load_rows_async<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K);
+  // Every load goes out before the gates are summed: the gates (where gates_async) in a first group, the
+  // bf16 tiles in a second, the fp32 memories into registers.
+  const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
+  const bool gasync = gates_async(d.M);
   const int ts = t0 - d.shift, Ts = d.T - d.shift;  // the slot stream's first token and token count
+  if (gasync) copy_gates_async<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS);
+  flash::cp_async_commit();
+  load_rows_async<kC, KT, kThreads>(sQ, a.q + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K);
   load_rows_async<kC, KT, kThreads>(sK, a.k + (int64_t(b) * d.T * d.Hkv + j) * d.K, int64_t(d.Hkv) * d.K, ts, Ts, d.K);
   load_rows_async<kC, VT, kThreads>(sV, a.v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V);
-  const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
   if constexpr (kWin) {
     const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
     load_rows_async<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
@@ -227,7 +234,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   StateRegs<MT, VT> hv;
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
-  load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi);
+  flash::cp_async_wait<1>();
+  load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi, gasync);
   float range = 0.f;
   for (int m = 0; m < MT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
   const bool fast = range <= kRefRange;  // false for NaN gates too
