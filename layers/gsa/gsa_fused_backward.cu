@@ -301,8 +301,11 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     const int h = j * d.G + hi;
     __syncthreads();  // the previous head is done with every tile (the first: the memory tiles are written)
     if (hi > 0) load_head_async<KT, VT>(a, d, smem, h);  // the first head's went out with the kernel's start
-    for (int x = threadIdx.x; x < kC; x += kBwdThreads)
+    for (int x = threadIdx.x; x < kC; x += kBwdThreads) {  // in flight with the tiles; a.delta into sPart,
+      // which only the slots' own delta uses otherwise
       sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+      if (a.delta) sPart[x] = x < n ? a.delta[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    }
     flash::cp_async_wait<0>();
     __syncthreads();
     if (kAsync && hi == 0) scale_states();  // read first after the barrier below
@@ -348,10 +351,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     float delta[2] = {0.f, 0.f};
     if (a.delta) {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = m0 + lane / 4 + 8 * hh;
-        delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
-      }
+      for (int hh = 0; hh < 2; ++hh) delta[hh] = sPart[m0 + lane / 4 + 8 * hh];
     } else {
 #pragma unroll
       for (int ni = 0; ni < kHalf / 8; ++ni)
@@ -515,8 +515,12 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     __syncthreads();  // done with the memory tiles and Sp
     const bf16x* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
     const bf16x* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
-    load_state<KT, MT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
-    load_state<MT, VT, kBwdThreads>(sHv, VT + 8, dHvE, d.M, d.V, nullptr, nullptr);
+    if (hk_async(d))  // copies, in flight while Rem .* S is formed below
+      load_rows_async<KT, MT, kBwdThreads>(sHk, dHkE, d.M, 0, d.K, d.M);
+    else
+      load_state<KT, MT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
+    load_rows_async<MT, VT, kBwdThreads>(sHv, dHvE, d.V, 0, d.M, d.V);
+    flash::cp_async_commit();
     const float* bl = sB + (n - 1) * kLdF;
     for (int x = threadIdx.x; x < kC * MT / 2; x += kBwdThreads) {
       const int r = x / (MT / 2), m = (x % (MT / 2)) * 2;
@@ -525,6 +529,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
           pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
     }
+    flash::cp_async_wait<0>();
     __syncthreads();
     {  // The tail of dG, sum(HkE .* dHkE) + sum(HvE .* dHvE) per slot, with HkE = exp(bl) .*c HkS + Kc^T (S .* Rem)
        // (HvE alike): the increments' part equals the sum over the chunk's rows of S .* (the inter part of dS),

@@ -22,7 +22,7 @@ using namespace gsa_fused;
 
 namespace {
 
-using chunk_mma::load_rows;
+using chunk_mma::load_rows_async;
 using chunk_mma::warp_mma;
 using chunk_mma::warp_mma_range;
 using chunk_mma::zero;
@@ -223,7 +223,7 @@ template <int KT, int VT>
 size_t window_dq_smem(int window) {
   const int R = window_rows(window);
   return size_t(R * (KT + 8) + R * (VT + 8) + kC * (KT + 8) + kC * (VT + 8) + kC * (R + 8)) * sizeof(bf16x) +
-         kC * sizeof(float);
+         2 * kC * sizeof(float);
 }
 
 // The window's query gradient (nha.md 5.3) query-major: one CTA per (chunk of 64 queries, b, kv head), each
@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
   bf16x* sDO = sQr + kC * (KT + 8);             // [64][VT + 8]
   bf16x* sdS = sDO + kC * (VT + 8);             // [64][kDqLd], each warp its 16 rows
   float* sL = reinterpret_cast<float*>(sdS + kC * kDqLd);  // [64] lse of the query rows
+  float* sD = sL + kC;                                     // [64] delta
   static_assert(kC * kStageLd * sizeof(float) <= kC * (KT + 8 + VT + 8) * sizeof(bf16x), "the stage fits sQr, sDO");
   const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
@@ -250,25 +251,27 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
   // Keys before token 0 load as zeros, so that the masked products stay 0 (not 0 * NaN).
   load_window_rows_async<KT>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0 - kC + x0, R, d.T, d.K);
   load_window_rows_async<VT>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0 - kC + x0, R, d.T, d.V);
-  flash::cp_async_commit();
-  flash::cp_async_wait<0>();  // the head loop's first barrier makes them visible
   // Key column x (of the 128 from t0 - kC, tile row x - x0) is at distance r + kC - x from query row r:
   // the warp's rows see the 16-key blocks kb_lo .. kb_hi, kb_lo >= x0 / 16.
   const int kb_lo = max(c > 0 ? 0 : kC / 16, (m0 + kC + 1 - a.window) / 16), kb_hi = (m0 + kC + 15) / 16;
   for (int h = j * d.G; h < (j + 1) * d.G; ++h) {
-    __syncthreads();  // the previous head's readers of sQr, sDO, sL are done
-    load_rows<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T, d.K,
-                                nullptr);
-    load_rows<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T, d.V,
-                                nullptr);
-    for (int x = threadIdx.x; x < kC; x += kThreads) sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    __syncthreads();  // the previous head's readers of sQr, sDO, sL, sD are done
+    // The head's tiles go out with the window keys' (the first head) and are all waited for once; lse and
+    // delta meanwhile.
+    load_rows_async<kC, KT, kThreads>(sQr, a.qr + (int64_t(b) * d.T * d.Hq + h) * d.K, int64_t(d.Hq) * d.K, t0, d.T,
+                                      d.K);
+    load_rows_async<kC, VT, kThreads>(sDO, a.dout + (int64_t(b) * d.T * d.Hq + h) * d.V, int64_t(d.Hq) * d.V, t0, d.T,
+                                      d.V);
+    flash::cp_async_commit();
+    for (int x = threadIdx.x; x < kC; x += kThreads) {
+      sL[x] = x < n ? a.lse[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+      sD[x] = x < n ? a.delta[(int64_t(b) * d.T + t0 + x) * d.Hq + h] : 0.f;
+    }
+    flash::cp_async_wait<0>();
     __syncthreads();
     float delta[2];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = m0 + frag_row(lane, 2 * hh);
-      delta[hh] = r < n ? a.delta[(int64_t(b) * d.T + t0 + r) * d.Hq + h] : 0.f;
-    }
+    for (int hh = 0; hh < 2; ++hh) delta[hh] = sD[m0 + frag_row(lane, 2 * hh)];
     for (int kb = kb_lo; kb <= kb_hi; ++kb) {
       float sw[1][2][4], dpw[1][2][4];
       window_block<KT, VT>(sw, dpw, sQr, sKr, sDO, sVw, m0, 16 * kb - x0, lane);
@@ -336,8 +339,9 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
   const int c = blockIdx.x, b = blockIdx.y / d.Hkv, j = blockIdx.y % d.Hkv, t0 = c * kC, n = min(kC, d.T - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp * 16;
   const int64_t kv_k = (int64_t(b) * d.T * d.Hkv + j) * d.K, kv_v = (int64_t(b) * d.T * d.Hkv + j) * d.V;
-  load_rows<kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K, nullptr);
-  load_rows<kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V, nullptr);
+  // In flight with the first head's tiles, waited for with them.
+  load_rows_async<kC, KT, kThreads>(sKr, a.kr + kv_k, int64_t(d.Hkv) * d.K, t0, d.T, d.K);
+  load_rows_async<kC, VT, kThreads>(sVw, a.vw + kv_v, int64_t(d.Hkv) * d.V, t0, d.T, d.V);
   // The second half holds queries only when the window reaches past the chunk and the sequence goes on.
   const int halves = a.window > 1 && t0 + kC < d.T ? 2 : 1;
   float dk[1][KT / 8][4], dv[1][VT / 8][4];
