@@ -707,7 +707,7 @@ GsaGrads gsa_backward_fused(const GsaSaved& sv, const Tensor& dout0, const Tenso
   HYB_CHECK(shift == 0 || (sv.lse.defined() && shift > 0 && shift <= gd.T), "gsa_backward_fused: shift ", shift,
             " needs the forward's lse and 0 <= shift <= T = ", gd.T);
   const Tensor q = rows16(sv.q), k = rows16(sv.k), v = rows16(sv.v), dout = rows16(dout0);
-  const Tensor s = sv.s.contiguous(), g = sv.g.contiguous();
+  const Tensor s = rows16(sv.s), g = rows16(sv.g);  // copy_gates_async reads 16-byte pieces
   const Tensor Hk0 = sv.Hk0.defined() ? sv.Hk0.contiguous() : Tensor();
   const Tensor Hv0 = sv.Hv0.defined() ? sv.Hv0.contiguous() : Tensor();
   const double scale = sv.params.scale ? *sv.params.scale : 1.0 / std::sqrt(double(gd.K));

@@ -589,7 +589,7 @@ bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
 GsaFusedOut gsa_forward_fused(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& s0, const Tensor& g0,
                               const Tensor& Hk00, const Tensor& Hv00, double scale, bool keep_states) {
   const GsaDims gd = gsa_dims("gsa_forward", q0, k0, v0, s0, g0, Hk00, Hv00);
-  const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0), s = s0.contiguous(), g = g0.contiguous();
+  const Tensor q = rows16(q0), k = rows16(k0), v = rows16(v0), s = rows16(s0), g = rows16(g0);
   const Tensor Hk0 = Hk00.defined() ? Hk00.contiguous() : Tensor(), Hv0 = Hv00.defined() ? Hv00.contiguous() : Tensor();
   const Device dev = q.device();
   const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.Hkv, dev);

@@ -431,7 +431,7 @@ NhaFusedOut nha_forward_fused(const SlotAttentionArgs& a, bool keep_states) {
   const int64_t B = a.q.size(0), T = a.q.size(1), Hq = a.q.size(2), K = a.q.size(3);
   const int64_t Hkv = a.k.size(2), V = a.v.size(3), M = a.s.size(3);
   const Tensor q = rows16(a.q), k = rows16(a.k), v = rows16(a.v), qr = rows16(a.qr), kr = rows16(a.kr);
-  const Tensor s = a.s.contiguous(), g = a.g.contiguous();
+  const Tensor s = rows16(a.s), g = rows16(a.g);  // copy_gates_async reads 16-byte pieces
   const Tensor bias = a.bias.defined() ? a.bias.contiguous() : Tensor();
   const Device dev = q.device();
   const ChunkDims cd = chunk_dims(B, T, Hkv, dev);
