@@ -5,7 +5,8 @@
 // both sides of the kernels' mid-reference guard (60) in one call; the fused path also with the chunk
 // memories kept from the forward (save_chunk_states), and M on both sides of the fused path's two slot
 // tiles (32 and 64; the 32-slot tile also under the fallback's strong gates). The GSA mixer decoding on CUDA
-// (one-token op calls from the carried memories) equals its parallel forward.
+// (one-token op calls from the carried memories) equals its parallel forward. s and g given as views off
+// 16-byte alignment take the fused path with the same bits.
 #include <catch2/catch.hpp>
 
 #include "autograd/gradcheck.h"
@@ -101,6 +102,43 @@ TEST_CASE("gsa fused bf16 path matches the recurrent cpu reference, outputs and 
       auto r = cuda_parity([&](const std::vector<Var>& x) { return gsa_outputs(x, c.states, c.keep); }, in, opt);
       INFO(r.report);
       REQUIRE(r.ok);
+    }
+  }
+}
+
+TEST_CASE("gsa fused bf16 path: s and g as views 4 bytes off 16-byte alignment give the same bits", "[gsa][gpu]") {
+  // The fused kernels copy the gate rows in 16-byte pieces (copy_gates_async), so the host aligns s and g
+  // first; M = 32 and M = 64 take the two slot tiles.
+  for (int64_t M : {32, 64}) {
+    DYNAMIC_SECTION("M " << M) {
+      const GsaCase c{2, 130, 2, 2, 64, 64, M, false, -0.9};
+      const std::vector<Tensor> in = gsa_inputs(c, 21);
+      const Device dev = Device::cuda(0);
+      const Tensor q = in[0].to(DType::bf16).to(dev), k = in[1].to(DType::bf16).to(dev);
+      const Tensor v = in[2].to(DType::bf16).to(dev), s = in[3].to(DType::f32).to(dev), g = in[4].to(DType::f32).to(dev);
+      auto off = [&](const Tensor& t) {  // the same values at one float past an aligned allocation
+        const Tensor buf = Tensor::empty({t.numel() + 1}, DType::f32, dev);
+        const Tensor x = buf.narrow(0, 1, t.numel()).view(t.shape());
+        x.copy_(t);
+        return x;
+      };
+      const Tensor s1 = off(s), g1 = off(g);
+      REQUIRE(reinterpret_cast<uintptr_t>(s1.raw_data()) % 16 != 0);
+      GsaParams p;
+      p.scale = 0.4;
+      GsaSaved sa, sb;
+      const GsaOutputs ya = gsa_forward(q, k, v, s, g, Tensor(), Tensor(), p, &sa);
+      const GsaOutputs yb = gsa_forward(q, k, v, s1, g1, Tensor(), Tensor(), p, &sb);
+      CHECK(rel_error(yb.o, ya.o) == 0.0);
+      CHECK(rel_error(yb.Hk, ya.Hk) == 0.0);
+      const Tensor dout = random_tensor({c.B, c.T, c.Hq, c.V}, 29, DType::f64, 0.5).to(DType::bf16).to(dev);
+      const GsaGrads ga = gsa_backward(sa, dout, Tensor(), Tensor(), GradMask{31});
+      const GsaGrads gb = gsa_backward(sb, dout, Tensor(), Tensor(), GradMask{31});
+      CHECK(rel_error(gb.dq, ga.dq) == 0.0);
+      CHECK(rel_error(gb.dk, ga.dk) == 0.0);
+      CHECK(rel_error(gb.dv, ga.dv) == 0.0);
+      CHECK(rel_error(gb.ds, ga.ds) == 0.0);
+      CHECK(rel_error(gb.dg, ga.dg) == 0.0);
     }
   }
 }
