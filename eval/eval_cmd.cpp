@@ -5,7 +5,8 @@
 // --svg the layer x position heat map). --set applies to the checkpoint's resolved config
 // before the model is built (a layer's window can change; a shape change fails at load naming the
 // tensor). The record goes to DIR/eval.jsonl (or --out). `hybrid eval mqar ...` is the MQAR recall
-// evaluation (eval/mqar_cmd.cpp); `hybrid eval ppl ...` names this default.
+// evaluation (eval/mqar_cmd.cpp), `hybrid eval niah ...` the needle test (eval/niah_cmd.cpp);
+// `hybrid eval ppl ...` names this default.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -26,11 +27,13 @@ namespace hyb {
 namespace fs = std::filesystem;
 
 int cmd_eval_mqar(Args& args);
+int cmd_eval_niah(Args& args);
 
 int cmd_eval(Args& args) {
   const std::optional<std::string> sub = args.subcommand();
   if (sub == "mqar") return cmd_eval_mqar(args);
-  HYB_CHECK(!sub || sub == "ppl", "eval: unknown evaluation \"", *sub, "\" (ppl or mqar)");
+  if (sub == "niah") return cmd_eval_niah(args);
+  HYB_CHECK(!sub || sub == "ppl", "eval: unknown evaluation \"", *sub, "\" (ppl, mqar or niah)");
   const std::string dir = args.value("--checkpoint");
   std::vector<std::string> data = args.values("--data");
   std::vector<std::string> sets = args.values("--set");

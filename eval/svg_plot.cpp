@@ -50,6 +50,14 @@ std::string text(double x, double y, const std::string& s, const char* anchor, i
 
 int hex_digit(char c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
+int hex_byte(const char* p) { return hex_digit(p[0]) * 16 + hex_digit(p[1]); }
+
+// Whether "#rrggbb" is dark enough that text on it should be white (luma below 0.45).
+bool dark(const std::string& color) {
+  const double luma = 0.299 * hex_byte(&color[1]) + 0.587 * hex_byte(&color[3]) + 0.114 * hex_byte(&color[5]);
+  return luma < 0.45 * 255;
+}
+
 }  // namespace
 
 std::vector<double> nice_ticks(double lo, double hi) {
@@ -90,7 +98,7 @@ std::string colormap_color(const std::string& name, double t) {
   for (int c = 0; c < 3; ++c) {
     const char* a = stops[i].second + 1 + 2 * c;
     const char* b = stops[i + 1].second + 1 + 2 * c;
-    const double va = hex_digit(a[0]) * 16 + hex_digit(a[1]), vb = hex_digit(b[0]) * 16 + hex_digit(b[1]);
+    const double va = hex_byte(a), vb = hex_byte(b);
     rgb[c] = int(std::lround(va + (vb - va) * f));
   }
   std::snprintf(out, sizeof(out), "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
@@ -176,8 +184,16 @@ std::string render_svg(const HeatMap& h) {
       const std::string col = std::isfinite(v) ? colormap_color(h.colormap, (v - h.lo) / (h.hi - h.lo)) : "#bbbbbb";
       s += "<rect x=\"" + num(left + cell * double(c)) + "\" y=\"" + num(kTop + ch * double(r)) + "\" width=\"" + num(cell) +
            "\" height=\"" + num(ch) + "\" fill=\"" + col + "\"/>\n";
+      if (r < h.cell_text.size() && c < h.cell_text[r].size() && !h.cell_text[r][c].empty())
+        s += text(left + cell * (double(c) + 0.5), kTop + ch * (double(r) + 0.5) + 4, h.cell_text[r][c], "middle", 12,
+                  dark(col) ? " fill=\"#ffffff\"" : "");
     }
     if (r < h.y_ticks.size()) s += text(left - 6, kTop + ch * (double(r) + 0.5) + 4, h.y_ticks[r], "end");
+  }
+  if (h.divider >= 0) {
+    const double x = left + cell * double(h.divider);
+    s += "<line x1=\"" + num(x) + "\" y1=\"" + num(kTop - 4) + "\" x2=\"" + num(x) + "\" y2=\"" +
+         num(kTop + ch * double(rows) + 4) + "\" stroke=\"#000000\" stroke-width=\"1.5\" stroke-dasharray=\"6,4\"/>\n";
   }
   const size_t every = std::max<size_t>(1, cols / 16);
   for (size_t c = 0; c < cols && c < h.x_ticks.size(); c += every)

@@ -26,6 +26,8 @@ struct HeatMap {
   std::vector<std::vector<double>> values;    // [row][col]; NaN cells are drawn grey
   double lo = 0, hi = 1;
   std::string colormap = "viridis5";          // "viridis5" or "ryg"
+  std::vector<std::vector<std::string>> cell_text;  // [row][col], printed in the cell; empty: none
+  int64_t divider = -1;                       // a dashed vertical line left of this column; -1: none
 };
 
 std::string render_svg(const LinePlot& p);

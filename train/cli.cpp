@@ -38,25 +38,44 @@ std::string Args::value(const std::string& name) {
 
 std::string Args::value(const std::string& name, const std::string& fallback) { return get(name).value_or(fallback); }
 
-double Args::number(const std::string& name, double fallback) {
-  auto v = get(name);
-  if (!v) return fallback;
+double Args::parse_number(const std::string& name, const std::string& text) const {
   try {
     size_t pos = 0;
-    double d = std::stod(*v, &pos);
-    if (pos == v->size()) return d;
+    double d = std::stod(text, &pos);
+    if (pos == text.size()) return d;
   } catch (const std::exception&) {
   }
-  throw Error(str_cat(command_, ": option ", name, ": expected a number, got \"", *v, "\""));
+  throw Error(str_cat(command_, ": option ", name, ": expected a number, got \"", text, "\""));
+}
+
+int64_t Args::parse_integer(const std::string& name, const std::string& text) const {
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  HYB_CHECK(ec == std::errc() && p == text.data() + text.size(), command_, ": option ", name, ": expected an integer, got \"",
+            text, "\"");
+  return x;
+}
+
+double Args::number(const std::string& name, double fallback) {
+  auto v = get(name);
+  return v ? parse_number(name, *v) : fallback;
 }
 
 int64_t Args::integer(const std::string& name, int64_t fallback) {
   auto v = get(name);
-  if (!v) return fallback;
-  int64_t x = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
-  HYB_CHECK(ec == std::errc() && p == v->data() + v->size(), command_, ": option ", name, ": expected an integer, got \"", *v, "\"");
-  return x;
+  return v ? parse_integer(name, *v) : fallback;
+}
+
+std::vector<double> Args::numbers(const std::string& name) {
+  std::vector<double> out;
+  for (const std::string& v : values(name)) out.push_back(parse_number(name, v));
+  return out;
+}
+
+std::vector<int64_t> Args::integers(const std::string& name) {
+  std::vector<int64_t> out;
+  for (const std::string& v : values(name)) out.push_back(parse_integer(name, v));
+  return out;
 }
 
 std::vector<std::string> Args::values(const std::string& name) {

@@ -22,6 +22,8 @@ class Args {
   double number(const std::string& name, double fallback);
   int64_t integer(const std::string& name, int64_t fallback);
   std::vector<std::string> values(const std::string& name);         // every occurrence; "--input a b c" takes all until the next option
+  std::vector<double> numbers(const std::string& name);             // values(name), each a number
+  std::vector<int64_t> integers(const std::string& name);           // values(name), each an integer
   bool flag(const std::string& name);                                // present without a value
   std::vector<std::string> positional();                             // arguments not consumed by options
   // The first argument when it is not an option ("ops" of `hybrid bench ops --reps 5`), consumed.
@@ -36,6 +38,8 @@ class Args {
   std::vector<std::string> argv_;
   std::vector<bool> used_;
   size_t end() const;
+  double parse_number(const std::string& name, const std::string& text) const;
+  int64_t parse_integer(const std::string& name, const std::string& text) const;
 };
 
 struct CliCommand {

@@ -113,6 +113,11 @@ Var CausalLM::decode_logits(const Tensor& ids, LmDecodeState& state, DType compu
   return project_to_vocab(model_->decode(ids, state, compute));
 }
 
+Var CausalLM::decode_last_logits(const Tensor& ids, LmDecodeState& state, DType compute) {
+  const Var h = model_->decode(ids, state, compute);
+  return project_to_vocab(narrow(h, 1, h.data().size(1) - 1, 1));
+}
+
 Var CausalLM::loss(const Tensor& ids, const Tensor& targets, DType compute) {
   Var z = logits(ids, compute);
   return cross_entropy(z, targets.reshape({-1}), cfg_.real_vocab, -1);

@@ -86,6 +86,9 @@ class CausalLM : public Module {
   // Incremental decoding: ids (B, n) are the next n tokens; returns their logits (B*n, vocab_size).
   LmDecodeState start_decode(int64_t batch, Device device, DType compute);
   Var decode_logits(const Tensor& ids, LmDecodeState& state, DType compute);
+  // The same step, projecting only the last of the n positions: (B, vocab_size). A prefill of long
+  // prompts then needs no (B*n, vocab_size) tensor.
+  Var decode_last_logits(const Tensor& ids, LmDecodeState& state, DType compute);
   const LmConfig& config() const { return cfg_; }
   Backbone& backbone() { return *model_; }
   void set_rng_step(uint64_t step) { model_->set_rng_step(step); }

@@ -50,6 +50,12 @@ TEST_CASE("a heat map is byte-identical to its golden", "[eval][svg]") {
   check_golden("heat_map.svg", render_svg(h));
 }
 
+TEST_CASE("a heat map with text in its cells and a dashed divider is byte-identical to its golden", "[eval][svg]") {
+  HeatMap h{"needle", "length", "depth", {"64", "128", "256"}, {"0%", "100%"}, {{1.0, 0.5, 0.0}, {0.25, NAN, 0.75}}, 0, 1, "ryg",
+            {{"100%", "50%", "0%"}, {"25%", "", "75%"}}, 2};
+  check_golden("heat_map_labelled.svg", render_svg(h));
+}
+
 TEST_CASE("records carry the envelope, %.9g floats and null for non-finite values", "[eval][records]") {
   Record r("ppl", {"run1", "ab12", 500, 7});
   r.add("loss", 3.14159265358979).add("ppl", std::numeric_limits<double>::infinity()).add("windows", int64_t(64));
