@@ -6,6 +6,7 @@
 #   KERNEL=regex FILTER=bench-filter SHAPE=shape-substring [SKIP=launches to skip] [TOP=30] \
 #     bash tools/device_kernel_hotspots.sh
 # KERNEL matches the mangled name, so template arguments can pick an instantiation (e.g. ILb0ELb1E).
+# The SASS page stays in $OUT/hotspots_sass.csv: its addresses match `nvdisasm -g` of a -lineinfo cubin of the same build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tools/device_carried_bins.sh
@@ -16,5 +17,5 @@ ncu --kernel-name-base mangled -k "regex:$KERNEL" --launch-skip "${SKIP:-0}" --l
 echo "ncu: rc $?"
 ncu -i "$rep.ncu-rep" --page details > "$OUT/hotspots_details.txt" 2>&1
 grep -E "Registers Per Thread|Local Memory|Achieved Occupancy|Duration|Block Limit" "$OUT/hotspots_details.txt"
-ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > /tmp/hybrid-carried/hotspots_sass.csv
-python3 tools/ncu_source_top.py /tmp/hybrid-carried/hotspots_sass.csv "${TOP:-30}"
+ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/hotspots_sass.csv"
+python3 tools/ncu_source_top.py "$OUT/hotspots_sass.csv" "${TOP:-30}"

@@ -9,6 +9,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/bf16.cuh"
@@ -79,10 +80,12 @@ constexpr int kLoadBatch = 8;
 // (the shifted stream: t0 and T less the shift). Then sB holds b, the inclusive cumsum of g over the
 // chunk's n = min(64, T - t0) rows (padded rows repeat the last valid one), and, for m < MT: sLo[m],
 // sHi[m] the least and largest of 0 and b over those rows (both optional). NTHREADS threads take part;
-// ends with a barrier.
+// ends with a barrier, which also tells every thread whether each slot's decay range sHi - sLo is at most
+// kRefRange (gsa.md 4.1 rule 3, the returned value; true without sLo): every thread reading all MT ranges
+// after the barrier took a tenth of B1's time (ncu, gsa 4k).
 // copied: the tiles are in place already (copy_gates_async's copies, landed and waited for), only summed.
 template <int MT, int NTHREADS = kThreads>
-__device__ __forceinline__ void load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
+__device__ __forceinline__ bool load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
                                            float* sB, float* sS, float* sLo, float* sHi, bool copied = false) {
   constexpr int kIters = kC * MT / NTHREADS, kLdF = ld_f<MT>;
   static_assert(kIters % kLoadBatch == 0, "whole batches");
@@ -104,6 +107,7 @@ __device__ __forceinline__ void load_gates(const float* g, const float* s, int64
     }
   }
   __syncthreads();
+  bool within = true;
   if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     float acc = 0.f, lo = 0.f, hi = 0.f;
@@ -113,9 +117,9 @@ __device__ __forceinline__ void load_gates(const float* g, const float* s, int64
       sB[r * kLdF + m] = acc;
       if (r < n) lo = fminf(lo, acc), hi = fmaxf(hi, acc);
     }
-    if (sLo) sLo[m] = lo, sHi[m] = hi;
+    if (sLo) sLo[m] = lo, sHi[m] = hi, within = hi - lo <= kRefRange;
   }
-  __syncthreads();
+  return __syncthreads_and(within);
 }
 
 // Whether the gate rows (M floats) split into the 16-byte pieces of copy_gates_async.
@@ -140,37 +144,49 @@ __device__ __forceinline__ void copy_gates_async(const float* g, const float* s,
   }
 }
 
-// A bf16 R x Cc matrix (row-major) in registers, NTHREADS threads holding two adjacent elements an item:
+// A bf16 R x Cc matrix (row-major) in registers, NTHREADS threads holding eight adjacent elements an item:
 // fetch issues every load at once, early (before the gates are summed, say), and store writes the bf16
 // [RT][CT] tile of row stride ld, times colscale[c] or rowscale[r] when given; zeros outside R x Cc.
+// Items are 16-byte loads where rows split into them (Cc % 8 == 0, src 16-byte aligned), else element by
+// element: pairs of 4 bytes took four times the loads and their address arithmetic, a tenth of B1's
+// instructions (ncu, gsa 4k).
 template <int RT, int CT, int NTHREADS = kThreads>
 struct StateRegs {
-  static constexpr int kIters = RT * CT / 2 / NTHREADS;
-  static_assert(RT * CT / 2 % NTHREADS == 0, "the tile splits evenly over the threads");
-  uint32_t v[kIters];  // the pair, packed as in memory
+  static constexpr int kIters = RT * CT / 8 / NTHREADS;
+  static_assert(RT * CT / 8 % NTHREADS == 0, "the tile splits evenly over the threads");
+  uint4 v[kIters];  // the item, packed as in memory
   __device__ __forceinline__ void fetch(const bf16x* src, int R, int Cc) {
+    const bool vec = Cc % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
 #pragma unroll
     for (int u = 0; u < kIters; ++u) {
-      const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
+      const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 8), c = (x % (CT / 8)) * 8;
       const bf16x* p = src + int64_t(r) * Cc + c;
-      if (Cc % 2 == 0 && r < R && c < Cc)  // an even row length keeps the pair 4-byte aligned
-        v[u] = *reinterpret_cast<const uint32_t*>(p);
-      else
-        v[u] = (r < R && c < Cc ? uint32_t(__bfloat16_as_ushort(p[0])) : 0u) |
-               (r < R && c + 1 < Cc ? uint32_t(__bfloat16_as_ushort(p[1])) << 16 : 0u);
+      if (vec && r < R && c < Cc) {
+        v[u] = *reinterpret_cast<const uint4*>(p);
+      } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          w[i] = (r < R && c + 2 * i < Cc ? uint32_t(__bfloat16_as_ushort(p[2 * i])) : 0u) |
+                 (r < R && c + 2 * i + 1 < Cc ? uint32_t(__bfloat16_as_ushort(p[2 * i + 1])) << 16 : 0u);
+        v[u] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
     }
   }
   __device__ __forceinline__ void store(bf16x* s, int ld, const float* rowscale, const float* colscale) const {
 #pragma unroll
     for (int u = 0; u < kIters; ++u) {
-      const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 2), c = (x % (CT / 2)) * 2;
-      uint32_t w = v[u];
+      const int x = u * NTHREADS + threadIdx.x, r = x / (CT / 8), c = (x % (CT / 8)) * 8;
+      uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
       if (rowscale || colscale) {
         const float f = rowscale ? rowscale[r] : 1.f;
-        const float f0 = colscale ? colscale[c] : 1.f, f1 = colscale ? colscale[c + 1] : 1.f;
-        w = pack_bf16(bf16x2_lo(w) * f0 * f, bf16x2_hi(w) * f1 * f);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float f0 = colscale ? colscale[c + 2 * i] : 1.f, f1 = colscale ? colscale[c + 2 * i + 1] : 1.f;
+          w[i] = pack_bf16(bf16x2_lo(w[i]) * f0 * f, bf16x2_hi(w[i]) * f1 * f);
+        }
       }
-      *reinterpret_cast<uint32_t*>(s + r * ld + c) = w;
+      *reinterpret_cast<uint4*>(s + r * ld + c) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
 };
@@ -179,7 +195,7 @@ struct StateRegs {
 template <int RT, int CT, int NTHREADS = kThreads>
 __device__ __forceinline__ void load_state(bf16x* s, int ld, const bf16x* src, int R, int Cc, const float* rowscale,
                                            const float* colscale) {
-  constexpr int kRows = 2 * kLoadBatch * NTHREADS / CT < RT ? 2 * kLoadBatch * NTHREADS / CT : RT;
+  constexpr int kRows = 8 * kLoadBatch * NTHREADS / CT < RT ? 8 * kLoadBatch * NTHREADS / CT : RT;
   for (int r0 = 0; r0 < RT; r0 += kRows) {
     StateRegs<kRows, CT, NTHREADS> x;
     x.fetch(src + int64_t(r0) * Cc, R - r0, Cc);

@@ -152,11 +152,8 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC;
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
   flash::cp_async_wait<1>();  // the gates' group (gsa_backward_kernel)
-  load_gates<MT, kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift, d.M, sB,
-                              sS, sRef, sSc, gates_async(d.M));
-  float range = 0.f;
-  for (int m = 0; m < MT; ++m) range = fmaxf(range, sSc[m] - sRef[m]);
-  return range <= kRefRange;  // false for NaN gates too
+  return load_gates<MT, kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift,
+                                     d.M, sB, sS, sRef, sSc, gates_async(d.M));
 }
 
 // The body of B1 (kLocal) and B3 for one chunk after chunk_guard, the path a template argument so
@@ -235,7 +232,6 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   const int n0 = half * kHalf, ns = half * kHalfC, nk = half * KT / 2, nv = half * VT / 2;
   // The slot stream's first token and token count, and the chunk's first row that holds a token.
   const int ts = t0 - d.shift, lo = max(0, -ts);
-  __syncthreads();  // every thread has read the range
   if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sSc[m]) : 0.f;
@@ -617,9 +613,18 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       float acc = (part[0] + part[1]) + (part[2] + part[3]);
 #pragma unroll
       for (int p = 0; p <= kParts; ++p) acc += sTail[p * MT + m];
-      for (int r = n - 1; r >= lo; --r) {
-        acc += sS[r * kLdF + m];
-        a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
+      // 16 rows' dB at a time into registers first: read one by one between the stores, each read waited
+      // for the store before it (the compiler cannot tell dg from shared memory), a chain of 64.
+      for (int r1 = n - 1; r1 >= lo; r1 -= 16) {
+        float x[16];
+#pragma unroll
+        for (int u = 0; u < 16; ++u) x[u] = r1 - u >= lo ? sS[(r1 - u) * kLdF + m] : 0.f;
+#pragma unroll
+        for (int u = 0; u < 16; ++u)
+          if (r1 - u >= lo) {
+            acc += x[u];
+            a.dg[((tok + r1 - u) * d.Hkv + j) * d.M + m] = acc;
+          }
       }
     }
   }

@@ -235,11 +235,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
   flash::cp_async_wait<1>();
-  load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi, gasync);
-  float range = 0.f;
-  for (int m = 0; m < MT; ++m) range = fmaxf(range, sHi[m] - sRef[m]);
-  const bool fast = range <= kRefRange;  // false for NaN gates too
-  __syncthreads();                       // every thread has read the range
+  const bool fast =
+      load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi, gasync);
   if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sHi[m]) : 0.f;
