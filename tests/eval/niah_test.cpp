@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "../data/data_test_util.h"
 #include "eval/niah.h"
 
 using namespace hyb;
@@ -84,6 +85,15 @@ TEST_CASE("niah keys: each city is its one GPT-2 token; another tokenizer is ref
   CHECK(niah_keys()[0].id == 6342);
   auto byte = make_tokenizer("byte");
   REQUIRE_THROWS_WITH(NiahPrompts(*byte, {}), Contains("\" Paris\"") && Contains("6342"));
+}
+
+TEST_CASE("niah's brown haystack is the canonical brown.test split, end-of-text tokens kept", "[eval][niah]") {
+  const NiahHaystack hay = niah_brown_haystack(gpt2());
+  const auto fixture = nlohmann::json::parse(test::read_bytes(std::string(HYBRID_SOURCE_DIR) + "/tests/data/gpt2_fixture.json"));
+  CHECK(hay.name == "brown.test");
+  CHECK(hay.tokens.size() == fixture["splits"]["brown.test"]["tokens"].get<size_t>());
+  CHECK(hay.sha256 == fixture["splits"]["brown.test"]["sha256"]);
+  CHECK(std::count(hay.tokens.begin(), hay.tokens.end(), 50256) == 50);  // one after each of the 50 samples
 }
 
 TEST_CASE("niah sentence ends: . ! ? with at most one closing quote, or a newline", "[eval][niah]") {
