@@ -219,7 +219,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   bf16x* sP = sSp;                              // the fallback's P and dZ take tiles it has no use for
   bf16x* sdZ = sPe;
   float* sB = reinterpret_cast<float*>(smem + 2 * backward_tile_elems<KT, VT, MT>());  // [64][kLdF] b
-  float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dB
+  float* sS = sB + kC * kLdF;                             // [64][kLdF] S, at the end dS
   float* sRef = sS + kC * kLdF;                           // [MT]
   float* sSc = sRef + MT;                                 // [MT] exp(ref)
   float* sL = sSc + MT;                                   // [64] lse of the head's rows
@@ -473,6 +473,9 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
   if constexpr (kLocal) {
     bf16x* uk = a.Dk + (int64_t(bj) * (d.NC + 1) + c) * KM;
     bf16x* uv = a.Dv + (int64_t(bj) * (d.NC + 1) + c) * MV;
+    // The increments leave through the memory tiles (free since the last head's products) in 16-byte row
+    // pieces where the rows split into them, else pair by pair from the fragments.
+    const bool staged = d.M % 8 == 0;
 #pragma unroll
     for (int mi = 0; mi < UT; ++mi)
 #pragma unroll
@@ -480,17 +483,28 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = (warp % 4) * 16 * UT + mi * 16 + frag_row(lane, 2 * h), m = n0 + ni * 8 + frag_col(lane, 0);
-          if (r < d.K)
-            store_pair(uk + int64_t(r) * d.M, m, d.M, a.scale * Uk[mi][ni][2 * h] * sSc[m],
-                       a.scale * Uk[mi][ni][2 * h + 1] * sSc[m + 1]);
+          const float x0 = a.scale * Uk[mi][ni][2 * h] * sSc[m], x1 = a.scale * Uk[mi][ni][2 * h + 1] * sSc[m + 1];
+          if (staged)
+            *reinterpret_cast<uint32_t*>(sHk + r * kLdM + m) = pack_bf16(x0, x1);
+          else if (r < d.K)
+            store_pair(uk + int64_t(r) * d.M, m, d.M, x0, x1);
         }
 #pragma unroll
     for (int ni = 0; ni < VT / 8 / kUvParts; ++ni)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = mu + frag_row(lane, 2 * h), col = nu + ni * 8 + frag_col(lane, 0);
-        if (m < d.M) store_pair(uv + int64_t(m) * d.V, col, d.V, Uv[0][ni][2 * h] * sSc[m], Uv[0][ni][2 * h + 1] * sSc[m]);
+        const float x0 = Uv[0][ni][2 * h] * sSc[m], x1 = Uv[0][ni][2 * h + 1] * sSc[m];
+        if (staged)
+          *reinterpret_cast<uint32_t*>(sHv + m * (VT + 8) + col) = pack_bf16(x0, x1);
+        else if (m < d.M)
+          store_pair(uv + int64_t(m) * d.V, col, d.V, x0, x1);
       }
+    if (staged) {
+      __syncthreads();
+      flash::store_tile<KT, MT, kLdM, kBwdThreads, true>(sHk, uk, d.M, 0, d.K, d.M, threadIdx.x);
+      flash::store_tile<MT, VT, VT + 8, kBwdThreads, true>(sHv, uv, d.V, 0, d.M, d.V, threadIdx.x);
+    }
   } else {
     // The tail of dG (below) reads the chunk-start memories from global memory: its loads go out first, to
     // be in flight with those of dHkE and dHvE.
@@ -576,33 +590,32 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       for (int e = 0; e < 4; ++e) dKa[0][ni][e] *= a.scale;
     warp_mma<1, KT / 16, MT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, nk, lane);
     const int64_t tok = int64_t(b) * d.T + ts;  // the slot gradients go to the rows of the tokens
-#pragma unroll
-    for (int ni = 0; ni < VT / 16; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
-        if (r >= lo && r < n && col < d.V)
-          *reinterpret_cast<uint32_t*>(a.dv + ((tok + r) * d.Hkv + j) * d.V + col) =
-              pack_bf16(dVa[0][ni][e], dVa[0][ni][e + 1]);
-      }
-#pragma unroll
-    for (int ni = 0; ni < KT / 16; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = m0 + frag_row(lane, e), col = nk + ni * 8 + frag_col(lane, e);
-        if (r >= lo && r < n && col < d.K)
-          *reinterpret_cast<uint32_t*>(a.dk + ((tok + r) * d.Hkv + j) * d.K + col) =
-              pack_bf16(dKa[0][ni][e], dKa[0][ni][e + 1]);
-      }
+    // dK and dV leave through the q and dO tiles (free since the head loop) in 16-byte row pieces, written
+    // by warps 4 .. 7 while warps 0 and 1 run dG's serial sum; dB goes to the Pe and dZe tiles, so that
+    // the tile of dS stays for its own rows' stores.
+    bf16x* sdK = sQ;
+    bf16x* sdV = sDO;
+    float* sdB = reinterpret_cast<float*>(sPe);
+    static_assert(kC * kLdF * sizeof(float) <= 2 * kC * kLdM * sizeof(bf16x), "dB fits the Pe and dZe tiles");
+    store_slots(sdV, VT + 8, dVa, m0, nv, lane, one);
+    store_slots(sdK, KT + 8, dKa, m0, nk, lane, one);
 #pragma unroll
     for (int ni = 0; ni < kHalf / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
         if (r >= lo && r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
-        sS[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];  // dB
+        sdB[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];
       }
     __syncthreads();
+    if (warp >= 4) {
+      constexpr int kOut = kBwdThreads / 2;
+      const int tid = threadIdx.x - kOut;
+      flash::store_tile<kC, KT, KT + 8, kOut, true>(sdK + lo * (KT + 8), a.dk + (int64_t(b) * d.T * d.Hkv + j) * d.K,
+                                                    int64_t(d.Hkv) * d.K, ts + lo, ts + n, d.K, tid);
+      flash::store_tile<kC, VT, VT + 8, kOut, true>(sdV + lo * (VT + 8), a.dv + (int64_t(b) * d.T * d.Hkv + j) * d.V,
+                                                    int64_t(d.Hkv) * d.V, ts + lo, ts + n, d.V, tid);
+    }
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
       const int m = threadIdx.x;
       float part[4] = {};
@@ -613,18 +626,9 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       float acc = (part[0] + part[1]) + (part[2] + part[3]);
 #pragma unroll
       for (int p = 0; p <= kParts; ++p) acc += sTail[p * MT + m];
-      // 16 rows' dB at a time into registers first: read one by one between the stores, each read waited
-      // for the store before it (the compiler cannot tell dg from shared memory), a chain of 64.
-      for (int r1 = n - 1; r1 >= lo; r1 -= 16) {
-        float x[16];
-#pragma unroll
-        for (int u = 0; u < 16; ++u) x[u] = r1 - u >= lo ? sS[(r1 - u) * kLdF + m] : 0.f;
-#pragma unroll
-        for (int u = 0; u < 16; ++u)
-          if (r1 - u >= lo) {
-            acc += x[u];
-            a.dg[((tok + r1 - u) * d.Hkv + j) * d.M + m] = acc;
-          }
+      for (int r = n - 1; r >= lo; --r) {
+        acc += sdB[r * kLdF + m];
+        a.dg[((tok + r) * d.Hkv + j) * d.M + m] = acc;
       }
     }
   }
