@@ -506,30 +506,29 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       flash::store_tile<MT, VT, VT + 8, kBwdThreads, true>(sHv, uv, d.V, 0, d.M, d.V, threadIdx.x);
     }
   } else {
-    // The tail of dG (below) reads the chunk-start memories from global memory: its loads go out first, to
-    // be in flight with those of dHkE and dHvE.
+    // The tail of dG (below) takes the chunk-start memories from global memory again, copied with dHkE and
+    // dHvE into tiles the head loop is done with: HkS over Pe and dZe, HvS over dO. Loaded into registers
+    // before the barrier, their loads were waited for at the first use, after it.
     static_assert(kBwdThreads == kParts * MT && 32 % kParts == 0, "whole parts a slot, a row's lanes in a warp");
+    static_assert(KT <= 2 * kC, "HkS fits the Pe and dZe tiles");
     const int mk = threadIdx.x % MT, pk = threadIdx.x / MT;  // Hk: slot mk, rows pk, pk + kParts, ...
     const int mv = threadIdx.x / kParts, pv = threadIdx.x % kParts;  // Hv: row mv, columns pv, pv + kParts, ...
-    float hkx[KT / kParts], hvx[VT / kParts];
-    {
-      const bf16x* HkS = a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM;
-      const bf16x* HvS = a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV;
-#pragma unroll
-      for (int i = 0; i < KT / kParts; ++i)
-        hkx[i] = mk < d.M && pk + kParts * i < d.K ? bf(HkS[int64_t(pk + kParts * i) * d.M + mk]) : 0.f;
-#pragma unroll
-      for (int i = 0; i < VT / kParts; ++i)
-        hvx[i] = mv < d.M && pv + kParts * i < d.V ? bf(HvS[int64_t(mv) * d.V + pv + kParts * i]) : 0.f;
-    }
-    __syncthreads();  // done with the memory tiles and Sp
+    bf16x* sHkS = sPe;  // [KT][kLdM]
+    bf16x* sHvS = sDO;  // [MT][VT + 8]
+    __syncthreads();    // done with the memory tiles, Sp, Pe, dZe and dO
+    const bf16x* HkS = a.Hk + (int64_t(bj) * (d.NC + 1) + c) * KM;
+    const bf16x* HvS = a.Hv + (int64_t(bj) * (d.NC + 1) + c) * MV;
     const bf16x* dHkE = a.Dk + (int64_t(bj) * (d.NC + 1) + c + 1) * KM;
     const bf16x* dHvE = a.Dv + (int64_t(bj) * (d.NC + 1) + c + 1) * MV;
-    if (hk_async(d))  // copies, in flight while Rem .* S is formed below
+    if (hk_async(d)) {  // copies, in flight while Rem .* S is formed below
       load_rows_async<KT, MT, kBwdThreads>(sHk, dHkE, d.M, 0, d.K, d.M);
-    else
+      load_rows_async<KT, MT, kBwdThreads>(sHkS, HkS, d.M, 0, d.K, d.M);
+    } else {
       load_state<KT, MT, kBwdThreads>(sHk, kLdM, dHkE, d.K, d.M, nullptr, nullptr);
+      load_state<KT, MT, kBwdThreads>(sHkS, kLdM, HkS, d.K, d.M, nullptr, nullptr);
+    }
     load_rows_async<MT, VT, kBwdThreads>(sHv, dHvE, d.V, 0, d.M, d.V);
+    load_rows_async<MT, VT, kBwdThreads>(sHvS, HvS, d.V, 0, d.M, d.V);
     flash::cp_async_commit();
     const float* bl = sB + (n - 1) * kLdF;
     for (int x = threadIdx.x; x < kC * MT / 2; x += kBwdThreads) {
@@ -550,11 +549,13 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
        // of Hv (kParts lanes a row).
       float t = 0.f;
 #pragma unroll
-      for (int i = 0; i < KT / kParts; ++i) t += hkx[i] * bf(sHk[(pk + kParts * i) * kLdM + mk]);
+      for (int i = 0; i < KT / kParts; ++i)
+        t += bf(sHkS[(pk + kParts * i) * kLdM + mk]) * bf(sHk[(pk + kParts * i) * kLdM + mk]);
       sTail[pk * MT + mk] = __expf(bl[mk]) * t;
       t = 0.f;
 #pragma unroll
-      for (int i = 0; i < VT / kParts; ++i) t += hvx[i] * bf(sHv[mv * (VT + 8) + pv + kParts * i]);
+      for (int i = 0; i < VT / kParts; ++i)
+        t += bf(sHvS[mv * (VT + 8) + pv + kParts * i]) * bf(sHv[mv * (VT + 8) + pv + kParts * i]);
 #pragma unroll
       for (int o = 1; o < kParts; o *= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
       if (pv == 0) sTail[kParts * MT + mv] = __expf(bl[mv]) * t;
@@ -590,13 +591,15 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       for (int e = 0; e < 4; ++e) dKa[0][ni][e] *= a.scale;
     warp_mma<1, KT / 16, MT, false, true>(dKa, sSp, kLdM, m0, sHk, kLdM, nk, lane);
     const int64_t tok = int64_t(b) * d.T + ts;  // the slot gradients go to the rows of the tokens
-    // dK and dV leave through the q and dO tiles (free since the head loop) in 16-byte row pieces, written
-    // by warps 4 .. 7 while warps 0 and 1 run dG's serial sum; dB goes to the Pe and dZe tiles, so that
-    // the tile of dS stays for its own rows' stores.
+    // dK, dV and dS leave through tiles in 16-byte row pieces: dK and dV through the q and dO tiles, written
+    // by warps 4 .. 7, and dS (its own tile, M % 4 == 0) by warps 2 and 3, while warps 0 and 1 run dG's
+    // serial sum over dB in the Pe and dZe tiles.
     bf16x* sdK = sQ;
     bf16x* sdV = sDO;
     float* sdB = reinterpret_cast<float*>(sPe);
     static_assert(kC * kLdF * sizeof(float) <= 2 * kC * kLdM * sizeof(bf16x), "dB fits the Pe and dZe tiles");
+    const bool ds_rows = gates_async(d.M);
+    __syncthreads();  // every thread's tail sums have read HkS and HvS
     store_slots(sdV, VT + 8, dVa, m0, nv, lane, one);
     store_slots(sdK, KT + 8, dKa, m0, nk, lane, one);
 #pragma unroll
@@ -604,7 +607,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
-        if (r >= lo && r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
+        if (!ds_rows && r >= lo && r < n && m < d.M) a.ds[((tok + r) * d.Hkv + j) * d.M + m] = sS[r * kLdF + m];
         sdB[r * kLdF + m] = reinterpret_cast<const float*>(myDB + ni * 32)[e] - dSa[0][ni][e];
       }
     __syncthreads();
@@ -615,6 +618,14 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
                                                     int64_t(d.Hkv) * d.K, ts + lo, ts + n, d.K, tid);
       flash::store_tile<kC, VT, VT + 8, kOut, true>(sdV + lo * (VT + 8), a.dv + (int64_t(b) * d.T * d.Hkv + j) * d.V,
                                                     int64_t(d.Hkv) * d.V, ts + lo, ts + n, d.V, tid);
+    } else if (warp >= 2 && ds_rows) {
+      constexpr int kVec = MT / 4, kOut = 64;
+      for (int x = threadIdx.x - kOut; x < kC * kVec; x += kOut) {
+        const int r = x / kVec, c4 = (x % kVec) * 4;
+        if (r >= lo && r < n && c4 < d.M)
+          *reinterpret_cast<float4*>(a.ds + ((tok + r) * d.Hkv + j) * d.M + c4) =
+              *reinterpret_cast<const float4*>(sS + r * kLdF + c4);
+      }
     }
     if (threadIdx.x < d.M) {  // dG: reverse cumsum over the chunk's rows plus the tail
       const int m = threadIdx.x;

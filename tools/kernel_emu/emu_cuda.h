@@ -54,6 +54,7 @@ struct Block {
   int cur = 0;
   int bar_count = 0;
   unsigned bar_gen = 0;
+  bool and_false[3] = {};  // __syncthreads_and, by barrier generation % 3
   int wbar_count[32] = {};
   unsigned wbar_gen[32] = {};
   uint32_t xch[32][32][8];  // [warp][lane][word]: what a lane offers a warp collective
@@ -81,6 +82,19 @@ inline void syncthreads() {
   b->wait_gen[size_t(b->cur)] = gen;
   while (b->bar_gen == gen) yield();
   b->at_barrier[size_t(b->cur)] = 0;
+}
+
+// A slot a call: every thread resets its call's slot before it reaches another barrier, so a later call, two
+// generations on at the earliest, never finds it set.
+inline bool syncthreads_and(bool pred) {
+  Block* b = block();
+  bool& any_false = b->and_false[b->bar_gen % 3];
+  if (!pred) any_false = true;
+  syncthreads();
+  const bool all = !any_false;
+  syncthreads();
+  any_false = false;
+  return all;
 }
 
 inline void syncwarp() {
@@ -194,6 +208,7 @@ struct EmuIdx {
 #define gridDim (emu::block()->gdim)
 
 inline void __syncthreads() { emu::syncthreads(); }
+inline int __syncthreads_and(int pred) { return emu::syncthreads_and(pred != 0); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 template <typename T>
 T __shfl_sync(unsigned, T v, int src) {
