@@ -67,7 +67,7 @@ __device__ __forceinline__ void ew_rows(float (&acc)[1][NT][4], const bf16x* A, 
       const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
       const float br = sB[r * kLdF + m];
       float x = 0.f;
-      for (int j = 0; j <= r; ++j) x += bf(A[r * kLdA + j]) * __expf(br - sB[j * kLdF + m]) * sS[j * kLdF + m];
+      for (int j = 0; j <= r; ++j) x += bf(A[r * kLdA + j]) * exp_ftz(br - sB[j * kLdF + m]) * sS[j * kLdF + m];
       acc[0][ni][e] += x;
     }
 }
@@ -85,7 +85,7 @@ __device__ __forceinline__ void ew_cols(float (&acc)[1][NT][4], const bf16x* X, 
       float x = 0.f;
       if (j <= r)
         for (int m = 0; m < MT; ++m)
-          x += bf(X[r * kLdM + m]) * __expf(sB[r * kLdF + m] - sB[j * kLdF + m]) * sS[j * kLdF + m];
+          x += bf(X[r * kLdM + m]) * exp_ftz(sB[r * kLdF + m] - sB[j * kLdF + m]) * sS[j * kLdF + m];
       acc[0][ni][e] = x;
     }
 }
@@ -104,7 +104,7 @@ __device__ __forceinline__ void ew_trows(float (&acc)[1][NT][4], const bf16x* A,
       float x = 0.f;
       for (int i = j; i < kC; ++i)
         x += (bf(A[i * kLdA + j]) * bf(X[i * kLdM + m]) + bf(A2[i * kLdA + j]) * bf(X2[i * kLdM + m])) *
-             __expf(sB[i * kLdF + m] - bj);
+             exp_ftz(sB[i * kLdF + m] - bj);
       acc[0][ni][e] += x;
     }
 }
@@ -236,7 +236,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sSc[m]) : 0.f;
     sRef[m] = ref;
-    sSc[m] = __expf(ref);
+    sSc[m] = exp_ftz(ref);
   }
   __syncthreads();
   const int64_t KM = int64_t(d.K) * d.M, MV = int64_t(d.M) * d.V;
@@ -267,9 +267,9 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
-          pack_bf16(sr[m] * __expf(sRef[m] - br[m]), sr[m + 1] * __expf(sRef[m + 1] - br[m + 1]));
+          pack_bf16(sr[m] * exp_ftz(sRef[m] - br[m]), sr[m + 1] * exp_ftz(sRef[m + 1] - br[m + 1]));
     }
-  auto ei = [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); };
+  auto ei = [&](int r, int m) { return exp_ftz(sB[r * kLdF + m] - sRef[m]); };
   auto one = [](int, int) { return 1.f; };
   // Score columns ns .. ns + 31 of the rows m0 .. m0 + 15 are all above the diagonal: their causal products
   // are zero and skipped.
@@ -354,7 +354,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
-          delta[e / 2] += (m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f) * dp[0][ni][e];
+          delta[e / 2] += (m < d.M ? exp_ftz(z[0][ni][e] - sL[r]) : 0.f) * dp[0][ni][e];
         }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -376,7 +376,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
-        const float p = m < d.M ? __expf(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
+        const float p = m < d.M ? exp_ftz(z[0][ni][e] - sL[r]) : 0.f, dz = p * (dp[0][ni][e] - delta[e / 2]);
         pe[e] = p * ex[ni][e];
         dze[e] = dz * ex[ni][e];
         // dB with P and dZ as the dS products see them (rounded to bf16 in their tiles): the diagonal
@@ -536,7 +536,7 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sSp + r * kLdM + m) =
-          pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
+          pack_bf16(sr[m] * exp_ftz(bl[m] - br[m]), sr[m + 1] * exp_ftz(bl[m + 1] - br[m + 1]));
     }
     flash::cp_async_wait<0>();
     __syncthreads();
@@ -551,14 +551,14 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
 #pragma unroll
       for (int i = 0; i < KT / kParts; ++i)
         t += bf(sHkS[(pk + kParts * i) * kLdM + mk]) * bf(sHk[(pk + kParts * i) * kLdM + mk]);
-      sTail[pk * MT + mk] = __expf(bl[mk]) * t;
+      sTail[pk * MT + mk] = exp_ftz(bl[mk]) * t;
       t = 0.f;
 #pragma unroll
       for (int i = 0; i < VT / kParts; ++i)
         t += bf(sHvS[mv * (VT + 8) + pv + kParts * i]) * bf(sHv[mv * (VT + 8) + pv + kParts * i]);
 #pragma unroll
       for (int o = 1; o < kParts; o *= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
-      if (pv == 0) sTail[kParts * MT + mv] = __expf(bl[mv]) * t;
+      if (pv == 0) sTail[kParts * MT + mv] = exp_ftz(bl[mv]) * t;
     }
     // dS = the intra part (fast path: times exp(ref - b_j)) + Rem .* t, t = Vc dHvE^T + Kc dHkE. The
     // S .* dS of dB takes S as each product saw it (rounded in Sp and S .* Rem); its inter part goes to
@@ -577,11 +577,11 @@ __device__ __forceinline__ void backward_chunk(const BackwardArgs& a, const Dims
         for (int e = 0; e < 4; ++e) {
           const int r = m0 + frag_row(lane, e), m = n0 + ni * 8 + frag_col(lane, e);
           const float br = sB[r * kLdF + m], sv = sS[r * kLdF + m];
-          const float f = fast ? __expf(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
+          const float f = fast ? exp_ftz(sRef[m] - br) : 1.f, intra = dSa[0][ni][e];
           const float x = bf(sSp[r * kLdM + m]) * t[0][ni][e];
           dSa[0][ni][e] = (fast ? rounded(sv * f) : sv) * intra + x;  // S .* dS
           sInter[r * kLdF + m] = x;
-          sS[r * kLdF + m] = f * intra + t[0][ni][e] * __expf(bl[m] - br);  // dS; the thread's own entries
+          sS[r * kLdF + m] = f * intra + t[0][ni][e] * exp_ftz(bl[m] - br);  // dS; the thread's own entries
         }
     }
     warp_mma<1, VT / 16, MT, false, false>(dVa, sSp, kLdM, m0, sHv, VT + 8, nv, lane);

@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
     const int x = i * kThreads + threadIdx.x, r = x / (MT / 2), m = (x % (MT / 2)) * 2;
     const float* br = sB + r * kLdF;
     const float* sr = sS + r * kLdF;
-    sr_pairs[i] = pack_bf16(sr[m] * __expf(bl[m] - br[m]), sr[m + 1] * __expf(bl[m + 1] - br[m + 1]));
+    sr_pairs[i] = pack_bf16(sr[m] * exp_ftz(bl[m] - br[m]), sr[m + 1] * exp_ftz(bl[m + 1] - br[m + 1]));
   }
-  if (threadIdx.x < d.M) decay[(int64_t(bj) * d.NC + c) * d.M + threadIdx.x] = __expf(bl[threadIdx.x]);
+  if (threadIdx.x < d.M) decay[(int64_t(bj) * d.NC + c) * d.M + threadIdx.x] = exp_ftz(bl[threadIdx.x]);
   __syncthreads();  // every thread has read the gates
 #pragma unroll
   for (int i = 0; i < kPairs; ++i) {
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sHi[m]) : 0.f;
     sRef[m] = ref;
-    sHi[m] = __expf(ref);
+    sHi[m] = exp_ftz(ref);
   }
   __syncthreads();
   hk.store(sHk, kLdM, nullptr, sHi);
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sSw + r * kLdM + m) =
-          pack_bf16(sr[m] * __expf(sRef[m] - br[m]), sr[m + 1] * __expf(sRef[m + 1] - br[m + 1]));
+          pack_bf16(sr[m] * exp_ftz(sRef[m] - br[m]), sr[m + 1] * exp_ftz(sRef[m + 1] - br[m + 1]));
     }
   } else {
     const float* bw = sB + 16 * warp * kLdF;
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       const float* br = sB + r * kLdF;
       const float* sr = sS + r * kLdF;
       *reinterpret_cast<uint32_t*>(sW + r * kLdM + m) =
-          pack_bf16(sr[m] * __expf(bw[m] - br[m]), sr[m + 1] * __expf(bw[m + 1] - br[m + 1]));
+          pack_bf16(sr[m] * exp_ftz(bw[m] - br[m]), sr[m + 1] * exp_ftz(bw[m + 1] - br[m + 1]));
     }
   }
   flash::cp_async_wait<0>();
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = m0 + frag_row(lane, e), m = ni * 8 + frag_col(lane, e);
-          z[0][ni][e] += t[0][ni][e] * __expf(sB[r * kLdF + m] - bw[m]);
+          z[0][ni][e] += t[0][ni][e] * exp_ftz(sB[r * kLdF + m] - bw[m]);
         }
     }
 #pragma unroll
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
         const float br = sB[r * kLdF + m];
         float acc = 0.f;
         for (int jj = m0; jj <= r; ++jj)
-          acc += __bfloat162float(sA[r * kLdA + jj]) * __expf(br - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
+          acc += __bfloat162float(sA[r * kLdA + jj]) * exp_ftz(br - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
         z[0][ni][e] += acc;
       }
   }
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
       for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          wl[nb][0][u][e] = __expf(wl[nb][0][u][e] - mx[e / 2]);
+          wl[nb][0][u][e] = exp_ftz(wl[nb][0][u][e] - mx[e / 2]);
           sum[e / 2] += wl[nb][0][u][e];
         }
     }
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   for (int ni = 0; ni < MT / 8; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      z[0][ni][e] = __expf(z[0][ni][e] - mx[e / 2]);
+      z[0][ni][e] = exp_ftz(z[0][ni][e] - mx[e / 2]);
       sum[e / 2] += z[0][ni][e];
     }
 #pragma unroll
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   zero(a2);
   __syncwarp();  // every lane is done reading its Q rows
   if (fast) {
-    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - sRef[m]); });
+    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return exp_ftz(sB[r * kLdF + m] - sRef[m]); });
     __syncwarp();
     warp_mma<1, kC / 8, MT, false, true>(a2, sX, kLdX, m0, sSw, kLdM, 0, lane);
   } else {
@@ -431,12 +431,12 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
         if (jj < m0 || jj > r) continue;
         float acc = 0.f;
         for (int m = 0; m < MT; ++m)
-          acc += __bfloat162float(sX[r * kLdX + m]) * __expf(sB[r * kLdF + m] - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
+          acc += __bfloat162float(sX[r * kLdX + m]) * exp_ftz(sB[r * kLdF + m] - sB[jj * kLdF + m]) * sS[jj * kLdF + m];
         a2[0][ni][e] = acc;
       }
     __syncwarp();
     const float* bw = sB + m0 * kLdF;
-    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m] - bw[m]); });
+    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return exp_ftz(sB[r * kLdF + m] - bw[m]); });
     __syncwarp();
 #pragma unroll
     for (int nb = 0; nb < 3; ++nb)
@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
           for (int e = 0; e < 4; ++e) a2[0][2 * nb + u][e] += t[0][u][e];
       }
     __syncwarp();
-    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return __expf(sB[r * kLdF + m]); });
+    store_slots(sX, kLdX, z, m0, 0, lane, [&](int r, int m) { return exp_ftz(sB[r * kLdF + m]); });
   }
   store_tril(sA, kLdA, a2, 1.f, m0, 0, lane);
   __syncwarp();

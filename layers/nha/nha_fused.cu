@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_dq_kernel(WindowArgs a, D
           for (int e = 0; e < 2; ++e) {  // key column x + e = key t0 - kC + x + e
             const int dist = r + kC - x - e;
             const bool in = dist >= 0 && dist < a.window && r < n && (c > 0 || x + e >= kC);
-            const float p = in ? __expf(a.scale * sw[0][u][2 * hh + e] - sL[r]) : 0.f;
+            const float p = in ? exp_ftz(a.scale * sw[0][u][2 * hh + e] - sL[r]) : 0.f;
             ds[e] = p * (dpw[0][u][2 * hh + e] - delta[hh]);
           }
           *reinterpret_cast<uint32_t*>(sdS + r * kDqLd + x - x0) = pack_bf16(ds[0], ds[1]);
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
             for (int e = 0; e < 2; ++e) {  // key t0 + r, query t0 + 16 qb + x + e
               const int qx = 16 * qb + x + e, dist = qx - r;
               const bool in = dist >= 0 && dist < a.window && r < n && t0 + qx < d.T;
-              p[e] = in ? __expf(a.scale * st[0][u][2 * hh + e] - sL[qx]) : 0.f;
+              p[e] = in ? exp_ftz(a.scale * st[0][u][2 * hh + e] - sL[qx]) : 0.f;
               ds[e] = p[e] * (dpt[0][u][2 * hh + e] - sD[qx]);
             }
             *reinterpret_cast<uint32_t*>(sPt + r * kWinLd + x) = pack_bf16(p[0], p[1]);
