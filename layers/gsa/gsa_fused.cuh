@@ -9,6 +9,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -89,10 +90,20 @@ constexpr int kLoadBatch = 8;
 // ends with a barrier, which also tells every thread whether each slot's decay range sHi - sLo is at most
 // kRefRange (gsa.md 4.1 rule 3, the returned value; true without sLo): every thread reading all MT ranges
 // after the barrier took a tenth of B1's time (ncu, gsa 4k).
+// The sum runs in kGateQuarters row quarters of a column at once, each quarter then adding the sums of those
+// before it: one 64-row chain a column kept the other warps at the barrier for ~2000 cycles a chunk (B3,
+// ncu). The quarters are the same in every kernel, so forward and backward form the same bits. scratch:
+// gate_scratch_floats<MT>(sLo) floats of shared memory no one else reads meanwhile.
 // copied: the tiles are in place already (copy_gates_async's copies, landed and waited for), only summed.
+constexpr int kGateQuarters = 4;
+template <int MT>
+__host__ __device__ constexpr int gate_scratch_floats(bool range) {
+  return (range ? 3 : 1) * kGateQuarters * MT;
+}
 template <int MT, int NTHREADS = kThreads>
 __device__ __forceinline__ bool load_gates(const float* g, const float* s, int64_t row_stride, int t0, int T, int M,
-                                           float* sB, float* sS, float* sLo, float* sHi, bool copied = false) {
+                                           float* sB, float* sS, float* sLo, float* sHi, float* scratch,
+                                           bool copied = false) {
   constexpr int kIters = kC * MT / NTHREADS, kLdF = ld_f<MT>;
   static_assert(kIters % kLoadBatch == 0, "whole batches");
   const int n = min(kC, T - t0);
@@ -113,17 +124,39 @@ __device__ __forceinline__ bool load_gates(const float* g, const float* s, int64
     }
   }
   __syncthreads();
-  bool within = true;
-  if (threadIdx.x < MT) {
-    const int m = threadIdx.x;
-    float acc = 0.f, lo = 0.f, hi = 0.f;
-#pragma unroll 8
-    for (int r = 0; r < kC; ++r) {
-      acc += sB[r * kLdF + m];
-      sB[r * kLdF + m] = acc;
-      if (r < n) lo = fminf(lo, acc), hi = fmaxf(hi, acc);
+  // Item x: slot m = x % MT, rows q kRows .. + kRows - 1 for q = x / MT. scratch: each item's sum, least
+  // and largest partial sum over the chunk's rows (with sLo).
+  constexpr int kRows = kC / kGateQuarters, kItems = kGateQuarters * MT;
+  for (int x = threadIdx.x; x < kItems; x += NTHREADS) {
+    const int m = x % MT, r0 = x / MT * kRows;
+    float acc = 0.f, lo = INFINITY, hi = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      acc += sB[(r0 + i) * kLdF + m];
+      sB[(r0 + i) * kLdF + m] = acc;
+      if (r0 + i < n) lo = fminf(lo, acc), hi = fmaxf(hi, acc);
     }
-    if (sLo) sLo[m] = lo, sHi[m] = hi, within = hi - lo <= kRefRange;
+    scratch[x] = acc;
+    if (sLo) scratch[kItems + x] = lo, scratch[2 * kItems + x] = hi;
+  }
+  __syncthreads();
+  bool within = true;
+  for (int x = threadIdx.x; x < kItems; x += NTHREADS) {
+    const int m = x % MT, q = x / MT, r0 = q * kRows;
+    float off = 0.f;
+    for (int p = 0; p < q; ++p) off += scratch[p * MT + m];
+    if (q > 0)
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) sB[(r0 + i) * kLdF + m] += off;
+    if (sLo && q == 0) {  // the quarters' extremes moved by the same offsets (rounding is monotonic)
+      float lo = 0.f, hi = 0.f, o = 0.f;
+      for (int p = 0; p < kGateQuarters; ++p) {
+        lo = fminf(lo, o + scratch[kItems + p * MT + m]);
+        hi = fmaxf(hi, o + scratch[2 * kItems + p * MT + m]);
+        o += scratch[p * MT + m];
+      }
+      sLo[m] = lo, sHi[m] = hi, within = hi - lo <= kRefRange;
+    }
   }
   return __syncthreads_and(within);
 }

@@ -152,8 +152,10 @@ __device__ __forceinline__ bool chunk_guard(const BackwardArgs& a, const Dims& d
   const int c = blockIdx.x, bj = blockIdx.y, b = bj / d.Hkv, j = bj % d.Hkv, t0 = c * kC;
   const int64_t gs_head = (int64_t(b) * d.T * d.Hkv + j) * d.M;
   flash::cp_async_wait<1>();  // the gates' group (gsa_backward_kernel)
+  float* sDB = sSc + MT + kC + (kTailParts<MT> + 1) * MT + 2 * kC;  // backward_chunk's sDB, free until it starts
+  static_assert(gate_scratch_floats<MT>(true) <= kBwdThreads * MT / 4, "the gates' scratch fits sDB");
   return load_gates<MT, kBwdThreads>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, t0 - d.shift, d.T - d.shift,
-                                     d.M, sB, sS, sRef, sSc, gates_async(d.M));
+                                     d.M, sB, sS, sRef, sSc, sDB, gates_async(d.M));
 }
 
 // The body of B1 (kLocal) and B3 for one chunk after chunk_guard, the path a template argument so

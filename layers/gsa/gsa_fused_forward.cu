@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_state_kernel(const bf16x
   load_rows_async<kC, VT, kThreads>(sV, v + (int64_t(b) * d.T * d.Hkv + j) * d.V, int64_t(d.Hkv) * d.V, ts, Ts, d.V);
   flash::cp_async_commit();
   flash::cp_async_wait<1>();
-  load_gates<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr, gasync);
+  load_gates<MT>(g + gs_head, s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, nullptr, nullptr,
+                 sS + kC * kLdF, gasync);
   const float* bl = sB + (n - 1) * kLdF;
   constexpr int kPairs = kC * MT / 2 / kThreads;
   static_assert(kC * MT / 2 % kThreads == 0, "S .* Rem pairs split evenly over the threads");
@@ -235,8 +236,10 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
   hk.fetch(a.Hk + (int64_t(bj) * (d.NC + 1) + c) * d.K * d.M, d.K, d.M);
   hv.fetch(a.Hv + (int64_t(bj) * (d.NC + 1) + c) * d.M * d.V, d.M, d.V);
   flash::cp_async_wait<1>();
-  const bool fast =
-      load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi, gasync);
+  static_assert(gate_scratch_floats<MT>(true) * sizeof(float) <= kSwRows * kLdM * sizeof(bf16x),
+                "the gates' scratch fits the Sp tile");
+  const bool fast = load_gates<MT>(a.g + gs_head, a.s + gs_head, int64_t(d.Hkv) * d.M, ts, Ts, d.M, sB, sS, sRef, sHi,
+                                   reinterpret_cast<float*>(sSw), gasync);
   if (threadIdx.x < MT) {
     const int m = threadIdx.x;
     const float ref = fast ? 0.5f * (sRef[m] + sHi[m]) : 0.f;
@@ -475,7 +478,8 @@ __global__ void __launch_bounds__(kThreads) gsa_forward_output_kernel(ForwardArg
 
 template <int KT, int VT, int MT>
 size_t state_smem() {
-  return size_t(kC * (KT + 8) + kC * (VT + 8)) * 2 + size_t(2 * kC * ld_f<MT>) * sizeof(float);
+  return size_t(kC * (KT + 8) + kC * (VT + 8)) * 2 +
+         size_t(2 * kC * ld_f<MT> + gate_scratch_floats<MT>(false)) * sizeof(float);
 }
 // window: kWin's window (1 .. kC), which sizes its key tiles.
 template <int KT, int VT, int MT, bool kWin>
