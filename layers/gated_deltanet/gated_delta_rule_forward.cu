@@ -16,11 +16,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "core/cuda/cuda_stream.h"
+#include "core/env_switch.h"
 #include "layers/gated_deltanet/gated_delta_rule_cuda.cuh"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 
@@ -568,10 +567,7 @@ namespace {
 
 // HYBRID_GDN_FUSED=0 keeps bf16 on the toolkit sequence (A/B timing, bisecting a mismatch).
 bool fused_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("HYBRID_GDN_FUSED");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = !env_is_zero("HYBRID_GDN_FUSED");
   return enabled;
 }
 

@@ -29,11 +29,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "core/env_switch.h"
 #include "layers/gsa/gsa_fused.cuh"
 
 namespace hyb {
@@ -576,10 +575,7 @@ using namespace gsa_fused;
 
 bool gsa_fused_supported(const Tensor& q, const GsaDims& d) {
   // HYBRID_GSA_FUSED=0 keeps bf16 on the generic slot-attention kernels (A/B timing, bisecting a mismatch).
-  static const bool enabled = [] {
-    const char* e = std::getenv("HYBRID_GSA_FUSED");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = !env_is_zero("HYBRID_GSA_FUSED");
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
   if (d.K > 128 || d.V > 128 || d.K % 8 != 0 || d.V % 8 != 0 || d.M > kMaxMT) return false;
   if (d.B * d.Hq > 65535) return false;  // gridDim.y of F2

@@ -22,12 +22,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "core/env_switch.h"
 #include "kernels/bf16.cuh"
 #include "kernels/chunk_mma.cuh"
 #include "kernels/chunk_ops.h"
@@ -546,10 +545,7 @@ Tensor run_states(const Tensor& k, const Tensor& v, const Gates& gates, const Te
 bool simple_gla_fused_supported(const Tensor& q, const Tensor& k, const Tensor& v, int64_t T, int64_t K, int64_t V,
                                 int64_t hpg) {
   // HYBRID_SIMPLE_GLA_FUSED=0 keeps bf16 on the toolkit sequence (A/B timing, bisecting a mismatch).
-  static const bool enabled = [] {
-    const char* e = std::getenv("HYBRID_SIMPLE_GLA_FUSED");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = !env_is_zero("HYBRID_SIMPLE_GLA_FUSED");
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || T < 1) return false;
   if (K > 128 || V > 128 || K % 8 != 0 || V % 8 != 0) return false;
   size_t need = 0;

@@ -7,11 +7,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "core/env_switch.h"
 #include "kernels/bf16.cuh"
 #include "layers/gsa/gsa_fused.cuh"
 #include "layers/nha/nha_fused.h"
@@ -413,10 +412,7 @@ __global__ void __launch_bounds__(kThreads) nha_window_kv_kernel(WindowArgs a, D
 
 bool nha_fused_supported(const Tensor& q, const NhaDims& d) {
   // HYBRID_NHA_FUSED=0 keeps bf16 on the generic slot-attention kernels (A/B timing, bisecting a mismatch).
-  static const bool enabled = [] {
-    const char* e = std::getenv("HYBRID_NHA_FUSED");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = !env_is_zero("HYBRID_NHA_FUSED");
   if (!enabled || !q.is_cuda() || q.dtype() != DType::bf16 || d.T < 1) return false;
   if (d.window < 1 || d.window > kC || d.M < 1 || d.M > kMaxMT) return false;
   if (d.D > 128 || d.Dv > 128 || d.D % 8 != 0 || d.Dv % 8 != 0) return false;
