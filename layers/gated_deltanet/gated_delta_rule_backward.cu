@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     }
     for (int x = lane + 32 * half; !phi && x < 16 * (VS / 8); x += 64) {  // the warp's rows of scale gam .* dO
       const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
-      const float f = a.scale * __expf(sG[r]);
+      const float f = a.scale * exp_ftz(sG[r]);
       uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
       __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&val);
 #pragma unroll
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     __syncthreads();  // -dU complete; every warp is done reading D_c
 
     if (active) {
-      scale_all(D, __expf(gc.last));  // gam_n
+      scale_all(D, exp_ftz(gc.last));  // gam_n
       if (!phi) warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, nv, lane);
       warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, nv, lane);
       store_state(sD, D, m2, lane, nv, VS + 8);
@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + frag_row(lane, e), i = n0 + ni * 8 + frag_col(lane, e);
-        const float w = i < r && r < n ? -dm[0][ni][e] * __expf(fminf(sG[r] - sG[i], 0.f)) : 0.f;  // dM .* L
+        const float w = i < r && r < n ? -dm[0][ni][e] * exp_ftz(fminf(sG[r] - sG[i], 0.f)) : 0.f;  // dM .* L
         dm[0][ni][e] = sBeta[r] * w;                                                               // R
         const float zz = dm[0][ni][e] * kk[0][ni][e];                                              // (dM .* M)
         rb[e / 2] += w * kk[0][ni][e];

@@ -22,6 +22,7 @@
 namespace hyb::gdn {
 
 using chunk_mma::bf16x;
+using chunk_mma::exp_ftz;
 using chunk_mma::kC;
 
 constexpr int kLd64 = kC + 8;               // row stride of the 64-wide bf16 tiles
@@ -67,12 +68,12 @@ __device__ __forceinline__ void chunk_gates(const float* g, const float* beta, i
   const chunk_mma::PairCumsum p = chunk_mma::chunk_cumsum(x0, x1, n, lane);
   const int r = 2 * lane;
   if (sG) sG[r] = p.G0, sG[r + 1] = p.G1;
-  if (sGam) sGam[r] = __expf(p.G0), sGam[r + 1] = __expf(p.G1);
-  if (sKd) sKd[r] = __expf(fminf(p.last - p.G0, 0.f)), sKd[r + 1] = __expf(fminf(p.last - p.G1, 0.f));
+  if (sGam) sGam[r] = exp_ftz(p.G0), sGam[r + 1] = exp_ftz(p.G1);
+  if (sKd) sKd[r] = exp_ftz(fminf(p.last - p.G0, 0.f)), sKd[r + 1] = exp_ftz(fminf(p.last - p.G1, 0.f));
   if (sBeta || sBg) {
     const float b0 = t < T ? beta[int64_t(t) * HV] : 0.f, b1 = t + 1 < T ? beta[int64_t(t + 1) * HV] : 0.f;
     if (sBeta) sBeta[r] = b0, sBeta[r + 1] = b1;
-    if (sBg) sBg[r] = b0 * __expf(p.G0), sBg[r + 1] = b1 * __expf(p.G1);
+    if (sBg) sBg[r] = b0 * exp_ftz(p.G0), sBg[r + 1] = b1 * exp_ftz(p.G1);
   }
 }
 
@@ -178,7 +179,7 @@ __device__ __forceinline__ void row_kd(const chunk_mma::PairCumsum& gc, int m0, 
   for (int h = 0; h < 2; ++h) {
     const int r = m0 + lane / 4 + 8 * h;
     const float G0 = __shfl_sync(0xffffffffu, gc.G0, r / 2), G1 = __shfl_sync(0xffffffffu, gc.G1, r / 2);
-    kd[h] = __expf(fminf(gc.last - (r % 2 ? G1 : G0), 0.f));
+    kd[h] = exp_ftz(fminf(gc.last - (r % 2 ? G1 : G0), 0.f));
   }
 }
 
@@ -209,7 +210,7 @@ __device__ void chunk_inverse(const bf16x* sK, const float* sG, const float* sBe
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = m0 + chunk_mma::frag_row(lane, e), i = n0 + ni * 8 + chunk_mma::frag_col(lane, e);
-      sM[r * kLdF + i] = i < r ? sBeta[r] * __expf(fminf(sG[r] - sG[i], 0.f)) * kk[0][ni][e] : 0.f;
+      sM[r * kLdF + i] = i < r ? sBeta[r] * exp_ftz(fminf(sG[r] - sG[i], 0.f)) * kk[0][ni][e] : 0.f;
     }
   __syncthreads();
   unit_lower_inverse<NTHREADS>(sM, sX, sT);

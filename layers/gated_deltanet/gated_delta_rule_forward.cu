@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
     __syncthreads();  // kd .* U complete; every warp is done reading S_c
 
     if (active) {
-      scale_all(S, __expf(gc.last));  // gam_n
+      scale_all(S, exp_ftz(gc.last));  // gam_n
       warp_mma<MT2, NT, kC, true, false>(S, sK, KT + 8, m2, sUk, VS + 8, nv, lane);
       store_state(sS, S, m2, lane, nv, VS + 8);
     }

@@ -21,6 +21,7 @@
 namespace hyb::gsa_fused {
 
 using chunk_mma::bf16x;
+using chunk_mma::exp_ftz;
 using chunk_mma::frag_col;
 using chunk_mma::frag_row;
 using chunk_mma::kC;
@@ -39,12 +40,6 @@ constexpr int ld_f = MT + 4;         // row stride of the fp32 gate and write-we
 constexpr int kLdA = kC + 8;         // row stride of the 64 x 64 bf16 score tile
 constexpr int kSwRows = 16 * 6;      // the fallback's per-warp key-side tiles: 16 w rows for warp w
 constexpr float kRefRange = 60.f;    // gsa.md 4.1 rule 3
-
-// e^x as one multiply and ex2.approx.ftz: __expf's ex2.approx without .ftz costs a range test and two more
-// multiplies a call in sm_90 code, which made FMUL the most executed instruction of the backward kernels
-// (ncu, gsa 4k). Only results below 2^-126 differ (flushed to zero), far under what the fp32 sums and bf16
-// products here resolve.
-__device__ __forceinline__ float exp_ftz(float x) { return flash::fast_exp2(x * 1.44269504088896341f); }
 
 template <class F>
 void visit_slots(int64_t M, F&& f) {
