@@ -10,7 +10,7 @@
 namespace hyb {
 namespace {
 
-constexpr int kStreamRoles = 2;  // entries of StreamRole
+constexpr int kStreamRoles = 3;  // entries of StreamRole
 
 struct StreamTable {
   std::mutex mutex;
@@ -32,7 +32,9 @@ cudaStream_t cuda_stream(int device, StreamRole role) {
   cudaStream_t& s = t.streams[size_t(device) * kStreamRoles + size_t(role)];
   if (!s) {
     CudaDeviceGuard guard(device);
-    HYB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int least = 0, greatest = 0;
+    if (role == StreamRole::scan) HYB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    HYB_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
   }
   return s;
 }

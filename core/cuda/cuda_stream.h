@@ -2,7 +2,8 @@
 // the driver tears them down; destroying them from static destructors races that teardown). Every
 // kernel, copy and GEMM runs on the device's compute stream, so work on one device is ordered and the
 // caching allocator can hand a freed block to the next request at once. Other roles (the NCCL
-// communication stream) join StreamRole and meet the compute stream through CudaEvent.
+// communication stream, the scan stream) join StreamRole and meet the compute stream through CudaEvent;
+// work queued on them ends with the compute stream waiting for it, before the scratch it used is freed.
 //   cudaStream_t s = current_stream(t.device().index);
 //   CudaEvent done; done.record(s); done.block(cuda_stream(d, StreamRole::compute));
 #pragma once
@@ -10,7 +11,10 @@
 
 namespace hyb {
 
-enum class StreamRole { compute, comm };  // comm: NCCL collectives of data parallelism
+// comm: NCCL collectives of data parallelism. scan: the latency-bound recurrences that run beside
+// per-chunk kernels on the compute stream (gdn::run_pieces), at the device's highest stream priority so
+// the block scheduler places their blocks first.
+enum class StreamRole { compute, comm, scan };
 
 // Non-blocking with respect to the legacy default stream, so stray default-stream work never serialises us.
 cudaStream_t cuda_stream(int device, StreamRole role);

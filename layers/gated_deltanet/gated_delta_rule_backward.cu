@@ -73,7 +73,7 @@ struct BackwardScanArgs {
   float scale;
 };
 
-// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads (warps as kScanThreads says;
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments from seg.first), kScanThreads (warps as kScanThreads says;
 // at VS = 16 the upper four also form their column half of P); smem BackwardScanSmem<KT, VS>
 // (110 KiB at KT = VS = 64). Per chunk of the block's segment, last to first, with D = D_c:
 //   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
@@ -82,7 +82,7 @@ struct BackwardScanArgs {
 // writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
 // warp keeps its own copy of the chunk's G, so no barrier guards the gates. Pass 1 (seg.local) writes
 // no dU and no snapshots, only the segment's end; a Phi column tile has dO = 0 (no P, no dO terms) and
-// starts from the identity.
+// starts from the identity. A piece (seg.chain) also leaves its end as the start of the piece before.
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = BackwardScanSmem<KT, VS>;
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   bf16x* sdUn = reinterpret_cast<bf16x*>(smem + L::kdUn);
   bf16x* sD = reinterpret_cast<bf16x*>(smem + L::kD);
   auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
-  const int nseg = gridDim.z, s = blockIdx.z, vt = (d.V + VS - 1) / VS;
+  const int nseg = seg.nseg, s = seg.first + int(blockIdx.z), vt = (d.V + VS - 1) / VS;
   const bool phi = seg.local && int(blockIdx.x) >= vt;
   if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == 0)) return;  // nothing the combine reads
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
@@ -207,6 +207,8 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     store_split_fragments(D, seg.phi + seg_at * 2 * d.K * d.K, d.K, v0 + nv, m2, lane);
   else if (seg.local)
     store_state_fragments(D, seg.end + seg_at * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
+  else if (seg.chain && s > 0)
+    store_state_fragments(D, seg.start + (seg_at - 1) * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
   else if (a.dS0 && s == 0)
     store_state_fragments(D, a.dS0 + int64_t(bh) * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
 }
@@ -283,7 +285,8 @@ __device__ __forceinline__ void copy_tile(bf16x* dst, const bf16x* src, int64_t 
   flash::load_tile<ROWS, WIDTH, kIntraChunkThreads, true>(dst, src, row_stride, row0, nrows, cols, threadIdx.x);
 }
 
-// Grid (NC, B HV), kIntraChunkThreads; smem IntraChunkSmem<KT> (111 KiB at KT = 64: two blocks per SM). With S = S_c,
+// Grid (chunks, B HV), kIntraChunkThreads, chunk c0 + blockIdx.x; smem IntraChunkSmem<KT> (111 KiB at KT = 64: two
+// blocks per SM). With S = S_c,
 // D = D_c, U, dU of the chunk (4.4 stages 2, 3):
 //   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
 //          rowdot(V, X2));  pass 2: dO @ S^T, U @ D^T, dU @ S^T, <S, D>;
@@ -298,7 +301,7 @@ __device__ __forceinline__ void copy_tile(bf16x* dst, const bf16x* src, int64_t 
 // fp32 (4.5), the same bits either way; the products use its bf16 high + low parts.
 template <int KT>
 __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
-    backward_intra_chunk_kernel(IntraChunkArgs a, Dims d) {
+    backward_intra_chunk_kernel(IntraChunkArgs a, Dims d, int c0) {
   using L = IntraChunkSmem<KT>;
   constexpr int NTK = KT / 16, LDK = KT + 8;  // K-wide products: KT / 2 columns (NTK n-tiles) per warp
   extern __shared__ __align__(16) unsigned char smem[];
@@ -318,7 +321,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   float* sColZ = sRowB + 2 * kC;  // [4][64]
   float* sRed = sColZ + 4 * kC;   // [8]
 
-  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
+  const int c = c0 + blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int n = min(kC, d.T - t0);  // valid tokens of the chunk
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4), k0 = (warp / 4) * (KT / 2);
@@ -653,15 +656,56 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
 
   // Stage 0. The chunk states and U feed stages 2 and 3 only; stage 1 reads W.
   const gdn::WyScratch w =
-      sv.chunks.W.defined() ? sv.chunks : gdn::run_wy(k, v, beta, g, S0, Tensor(), d, false, stream);
+      sv.chunks.W.defined() ? sv.chunks : gdn::run_wy(k, v, beta, g, S0, Tensor(), d, false, stream, {});
   const Tensor dU = Tensor::empty(w.U.shape(), DType::bf16, dev), D = Tensor::empty(w.S.shape(), DType::bf16, dev);
+
+  // Shared q/k heads: per-value-head dQ, dK in fp32 chunk scratch, summed per q/k head afterwards.
+  const bool grouped = d.hpg > 1;
+  const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.HV, dev);
+  ChunkBuffer dq_heads, dk_heads;
+  if (grouped && needed[0]) dq_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
+  if (grouped && needed[1]) dk_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
+  const gdn::IntraChunkArgs intra_args{gdn::bp(q),
+                                       gdn::bp(k),
+                                       gdn::bp(v),
+                                       gdn::bp(dout),
+                                       gdn::bp(w.U),
+                                       gdn::bp(dU),
+                                       gdn::bp(w.S),
+                                       gdn::bp(D),
+                                       w.Ainv.defined() ? gdn::bp(w.Ainv) : nullptr,
+                                       g.data<float>(),
+                                       beta.data<float>(),
+                                       grouped ? nullptr : gdn::bp_mut(out.dq),
+                                       grouped ? nullptr : gdn::bp_mut(out.dk),
+                                       dq_heads.t.defined() ? dq_heads.data() : nullptr,
+                                       dk_heads.t.defined() ? dk_heads.data() : nullptr,
+                                       gdn::bp_mut(out.dv),
+                                       out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
+                                       out.dg.defined() ? out.dg.data<float>() : nullptr,
+                                       float(scale)};
+  auto intra_chunk = [&](int c0, int c1) {  // stages 2 and 3 on the chunks [c0, c1)
+    if (!stage23) return;
+    gdn::visit_kt(d.K, [&](auto kt) {
+      constexpr int KT = decltype(kt)::value;
+      const size_t smem = gdn::IntraChunkSmem<KT>::kBytes;
+      gdn::set_smem(gdn::backward_intra_chunk_kernel<KT>, smem);
+      const dim3 grid(unsigned(c1 - c0), unsigned(d.B * d.HV));
+      gdn::backward_intra_chunk_kernel<KT><<<grid, gdn::kIntraChunkThreads, smem, stream>>>(intra_args, d, c0);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_intra_chunk_kernel", grid, gdn::kIntraChunkThreads, smem);
+    });
+  };
+
+  // Stage 1, then stages 2 and 3: in pieces side by side, unless the forward ran its scan in segments
+  // (their transitions, transposed, are this scan's).
+  const gdn::ScanPieces pieces = w.Phi.defined() ? gdn::ScanPieces{d.NC, 0} : gdn::scan_pieces(d);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    // The forward's segments, when it ran in segments: their transitions, transposed, are this scan's.
     Tensor phi = w.Phi;
-    const gdn::ScanPlan plan = gdn::scan_plan(
-        d, dev.index, [&](int vs) { return gdn::backward_scan_smem(d.K, vs); },
-        phi.defined() ? int(phi.shape()[1]) : 0, phi.defined());
+    auto bwd_smem = [&](int vs) { return gdn::backward_scan_smem(d.K, vs); };
+    const gdn::ScanPlan plan = pieces.n ? gdn::scan_plan(d, dev.index, bwd_smem, 1)
+                                        : gdn::scan_plan(d, dev.index, bwd_smem,
+                                                         phi.defined() ? int(phi.shape()[1]) : 0, phi.defined());
     gdn::visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = gdn::BackwardScanSmem<KT, VS>::kBytes;
@@ -671,46 +715,15 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
           gdn::bp(dout),   g.data<float>(), dfinal.defined() ? dfinal.data<float>() : nullptr,
           gdn::bp_mut(dU), gdn::bp_mut(D),  out.dS0.defined() ? out.dS0.data<float>() : nullptr,
           float(scale)};
-      gdn::run_scan<VS>(plan, d, true, dev, stream, phi, [&](dim3 grid, const gdn::SegmentArgs& seg) {
-        gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, stream>>>(a, seg, d);
+      auto launch = [&](dim3 grid, const gdn::SegmentArgs& seg, cudaStream_t st) {
+        gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, st>>>(a, seg, d);
         HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
-      });
+      };
+      if (pieces.n) return gdn::run_pieces<VS>(pieces, d, true, dev, stream, [](int, int) {}, launch, intra_chunk);
+      gdn::run_scan<VS>(plan, d, true, dev, stream, phi,
+                        [&](dim3 grid, const gdn::SegmentArgs& seg) { launch(grid, seg, stream); });
+      intra_chunk(0, d.NC);
     });
-  });
-  if (!stage23) return out;
-
-  // Shared q/k heads: per-value-head dQ, dK in fp32 chunk scratch, summed per q/k head afterwards.
-  const bool grouped = d.hpg > 1;
-  const ChunkDims cd = chunk_dims(gd.B, gd.T, gd.HV, dev);
-  ChunkBuffer dq_heads, dk_heads;
-  if (grouped && needed[0]) dq_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
-  if (grouped && needed[1]) dk_heads = ChunkBuffer(cd, cd.NC, gdn::kC, gd.K);
-  gdn::IntraChunkArgs a{gdn::bp(q),
-                        gdn::bp(k),
-                        gdn::bp(v),
-                        gdn::bp(dout),
-                        gdn::bp(w.U),
-                        gdn::bp(dU),
-                        gdn::bp(w.S),
-                        gdn::bp(D),
-                        w.Ainv.defined() ? gdn::bp(w.Ainv) : nullptr,
-                        g.data<float>(),
-                        beta.data<float>(),
-                        grouped ? nullptr : gdn::bp_mut(out.dq),
-                        grouped ? nullptr : gdn::bp_mut(out.dk),
-                        dq_heads.t.defined() ? dq_heads.data() : nullptr,
-                        dk_heads.t.defined() ? dk_heads.data() : nullptr,
-                        gdn::bp_mut(out.dv),
-                        out.dbeta.defined() ? out.dbeta.data<float>() : nullptr,
-                        out.dg.defined() ? out.dg.data<float>() : nullptr,
-                        float(scale)};
-  gdn::visit_kt(d.K, [&](auto kt) {
-    constexpr int KT = decltype(kt)::value;
-    const size_t smem = gdn::IntraChunkSmem<KT>::kBytes;
-    gdn::set_smem(gdn::backward_intra_chunk_kernel<KT>, smem);
-    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    gdn::backward_intra_chunk_kernel<KT><<<grid, gdn::kIntraChunkThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_intra_chunk_kernel", grid, gdn::kIntraChunkThreads, smem);
   });
   if (dq_heads.t.defined()) chunk_to_tokens(out.dq, dq_heads, d.hpg, nullptr, 1.f, cd);
   if (dk_heads.t.defined()) chunk_to_tokens(out.dk, dk_heads, d.hpg, nullptr, 1.f, cd);

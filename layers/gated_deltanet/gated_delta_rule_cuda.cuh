@@ -11,11 +11,14 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "core/cuda/cuda_stream.h"
 #include "kernels/chunk_mma.cuh"
 #include "layers/gated_deltanet/gated_delta_rule_op.h"
 
@@ -463,13 +466,16 @@ ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdS
 // The backward scan's shared memory at column tile vs (forward_scan_plan weighs the backward's steps).
 size_t backward_scan_smem(int K, int vs);
 
-// What a scan kernel's block reads of the plan. The block's segment is blockIdx.z of gridDim.z.
+// What a scan kernel's block reads of the plan. The block's segment is first + blockIdx.z of nseg.
 struct SegmentArgs {
-  int len;             // chunks per segment
-  bool local;          // pass 1: blockIdx.x past the V column tiles scans a column tile of Phi
-  float* end;          // pass 1 out: (B HV, nseg, K, V) f32, E of each segment
-  bf16x* phi;          // pass 1 out: (B HV, nseg, 2, K, K) bf16, Phi of each segment (high, low parts)
-  const float* start;  // pass 3 in: (B HV, nseg, K, V) f32, the true start of each segment but the first scanned
+  int len;       // chunks per segment
+  int nseg;      // segments in all
+  int first;     // the segment of blockIdx.z = 0 (a piece is launched alone: run_pieces)
+  bool local;    // pass 1: blockIdx.x past the V column tiles scans a column tile of Phi
+  bool chain;    // pieces: the block also writes its end into `start` at the segment scanned next
+  float* end;    // pass 1 out: (B HV, nseg, K, V) f32, E of each segment
+  bf16x* phi;    // pass 1 out: (B HV, nseg, 2, K, K) bf16, Phi of each segment (high, low parts)
+  float* start;  // pass 3, pieces: (B HV, nseg, K, V) f32, the true start of each segment but the first scanned
 };
 
 // Pass 2 on the end states and transitions of pass 1 (reverse: the backward's order, last segment first;
@@ -484,7 +490,7 @@ template <int VS, typename Launch>
 void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Tensor& phi,
               Launch&& launch) {
   const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
-  if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, false, nullptr, nullptr, nullptr});
+  if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, 1, 0, false, false, nullptr, nullptr, nullptr});
   const bool given = phi.defined();
   HYB_CHECK(!given || phi.shape()[1] == p.nseg, "gated_delta_rule: the given segment transitions are for ",
             phi.shape()[1], " segments, the plan has ", p.nseg);
@@ -493,9 +499,61 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
   const unsigned kt = p.nseg > 2 && !given ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
   launch(dim3(vt + kt, bhs, unsigned(p.nseg)),
-         SegmentArgs{p.len, true, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi), nullptr});
+         SegmentArgs{p.len, p.nseg, 0, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
+                     nullptr});
   combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, stream);
-  launch(dim3(vt, bhs, unsigned(p.nseg)), SegmentArgs{p.len, false, nullptr, nullptr, start.data<float>()});
+  launch(dim3(vt, bhs, unsigned(p.nseg)),
+         SegmentArgs{p.len, p.nseg, 0, false, false, nullptr, nullptr, start.data<float>()});
+}
+
+// Pieces: with few (b, value head) pairs and a long sequence a scan is a chain of NC latency-bound steps
+// on a few blocks, which leaves most of every SM idle, while the per-chunk kernels around it (prepare and
+// output in the forward, the intra-chunk backward) are parallel and wait for it. Cut into pieces of len
+// chunks, they run side by side (run_pieces): a piece's scan starts once the producer of its chunks is
+// done, and their consumer once it is, so the scan of piece i runs beside the producer of piece i + 1
+// and the consumer of piece i - 1, and the state passes from piece to piece through SegmentArgs::start.
+struct ScanPieces {
+  int len;  // chunks per piece (the last may be shorter)
+  int n;    // pieces; 0: none (the scan plan's single scan or segments)
+};
+
+// HYBRID_GDN_PIECES, read at every call (the tests switch it): unset, the choice below; 0, no pieces; N,
+// pieces of N chunks. HYBRID_GDN_SEGMENTS (forcing the plan's segment count) turns pieces off.
+inline ScanPieces scan_pieces(const Dims& d) {
+  const char* e = std::getenv("HYBRID_GDN_PIECES");
+  int len = e ? std::max(0, std::atoi(e)) : forced_segments() >= 0 || d.NC < 32 ? 0 : std::max(8, (d.NC + 7) / 8);
+  if (len == 0 || len >= d.NC) return {d.NC, 0};
+  return {len, (d.NC + len - 1) / len};
+}
+
+// Runs a scan in pieces, in scan order (reverse: the last piece first). Per piece: produce(c0, c1) on
+// `stream`; then launch(grid, seg, scan stream), a launch of the scan kernel on the chunks [c0, c1),
+// once that is done; then consume(c0, c1) on `stream` once the piece's scan is done. Every producer is
+// queued before the first consumer: the scan waits on producers, consumers only trail it. The scan
+// stream has the higher priority, so a piece's blocks are placed before the waiting per-chunk blocks.
+// On return `stream` has waited for every piece's scan, so scratch freed afterwards (the carried
+// starts, what the scans read) is not handed out again under them.
+template <int VS, typename Produce, typename Launch, typename Consume>
+void run_pieces(const ScanPieces& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Produce&& produce,
+                Launch&& launch, Consume&& consume) {
+  const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
+  const Tensor start = Tensor::empty({d.B * d.HV, p.n, d.K, d.V}, DType::f32, dev);
+  const cudaStream_t side = cuda_stream(dev.index, StreamRole::scan);
+  std::vector<CudaEvent> produced(size_t(p.n)), scanned(size_t(p.n));
+  auto piece = [&](int i) { return reverse ? p.n - 1 - i : i; };
+  for (int i = 0; i < p.n; ++i) {
+    const int s = piece(i), c0 = s * p.len;
+    produce(c0, std::min(d.NC, c0 + p.len));
+    produced[size_t(s)].record(stream);
+    produced[size_t(s)].block(side);
+    launch(dim3(vt, bhs, 1), SegmentArgs{p.len, p.n, s, false, true, nullptr, nullptr, start.data<float>()}, side);
+    scanned[size_t(s)].record(side);
+  }
+  for (int i = 0; i < p.n; ++i) {
+    const int s = piece(i), c0 = s * p.len;
+    scanned[size_t(s)].block(stream);
+    consume(c0, std::min(d.NC, c0 + p.len));
+  }
 }
 
 // What the prepare kernel and the forward scan leave for the output kernel and the backward (U is
@@ -506,8 +564,12 @@ using WyScratch = GatedDeltaChunkScratch;
 // f32 g, beta, S0: W, U and the chunk-start states, the final state into final_state when it is defined (f32 (B, HV, K,
 // V)). S0 may be undefined (zeros). The backward's stage 0 (4.4).
 // keep_ainv: also Ainv's high and low parts (WyScratch::Ainv), for a backward that will not solve again.
+// consume(w, c0, c1), when given, is queued on `stream` once the chunks [c0, c1) have their U and
+// states in w: per piece (run_pieces), or once for every chunk.
+using WyConsumer = std::function<void(const WyScratch& w, int c0, int c1)>;
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
-                 const Tensor& final_state, const Dims& d, bool keep_ainv, cudaStream_t stream);
+                 const Tensor& final_state, const Dims& d, bool keep_ainv, cudaStream_t stream,
+                 const WyConsumer& consume);
 
 // The largest shared memory of the forward's and of the backward's kernels at this K, over every
 // column tile of the scans, for gated_delta_rule_fused_supported.

@@ -67,11 +67,12 @@ struct WyPrepareArgs {
   bf16x* Ainv;            // (B, HV, NC, 2, 64, 64) high and low parts, or null
 };
 
-// Grid (NC, B HV), kThreads. smem WyPrepareSmem<KT> (56 KiB at KT = 64: four blocks per SM).
+// Grid (chunks, B HV), kThreads, chunk c0 + blockIdx.x. smem WyPrepareSmem<KT> (56 KiB at KT = 64: four
+// blocks per SM).
 // Ainv is scaled by the token factors before the split (Ainv diag(beta gam), then Ainv diag(beta) in
 // the same tiles), so the products read the exact bf16 K and V tiles and only the solve's result is split.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, Dims d) {
+__global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, Dims d, int c0) {
   using L = WyPrepareSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sK = reinterpret_cast<bf16x*>(smem + L::kK);
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) wy_prepare_kernel(WyPrepareArgs a, D
   float* sG = reinterpret_cast<float*>(smem + L::kG);
   float* sBeta = sG + kC;
   float* sBg = sBeta + kC;
-  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
+  const int c = c0 + blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = 16 * warp;
   const bf16x* vb = a.v + (int64_t(b) * d.T * d.HV + j) * d.V;
   const int64_t v_row = int64_t(d.HV) * d.V;
@@ -187,7 +188,7 @@ struct ForwardScanArgs {
   float* final_state;  // (B, HV, K, V) or null
 };
 
-// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments), kScanThreads (warps as kScanThreads
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments from seg.first), kScanThreads (warps as kScanThreads
 // says); smem ForwardScanSmem<KT, VS> (100 KiB at KT = VS = 64). Per chunk of the block's segment:
 //   -U = -U0 + W @ S                 warp w: token rows [16 (w % 4), +16), reduction over KT
 //   S  = gam_n S + K^T @ (kd .* U)   warp w: state rows [(w % 4) KT / 4, +KT / 4), reduction over 64
@@ -195,7 +196,8 @@ struct ForwardScanArgs {
 // one computes: a chunk step (a few dependent warp products) can be shorter than a global load under
 // load, and with few blocks per SM nothing else hides the wait. Each warp derives the chunk's gates
 // itself (a one-warp cumsum), so no barrier guards them. Pass 1 (seg.local) writes no U and no
-// snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity.
+// snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity. A piece
+// (seg.chain) also leaves its end as the next piece's start.
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = ForwardScanSmem<KT, VS>;
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
   bf16x* sS = reinterpret_cast<bf16x*>(smem + L::kS);
   bf16x* sUk = reinterpret_cast<bf16x*>(smem + L::kUk);
   auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
-  const int nseg = gridDim.z, s = blockIdx.z, vt = (d.V + VS - 1) / VS;
+  const int nseg = seg.nseg, s = seg.first + int(blockIdx.z), vt = (d.V + VS - 1) / VS;
   const bool phi = seg.local && int(blockIdx.x) >= vt;
   if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == nseg - 1)) return;  // nothing the combine reads
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
@@ -299,6 +301,8 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
     store_split_fragments(S, seg.phi + seg_at * 2 * d.K * d.K, d.K, v0 + nv, m2, lane);
   else if (seg.local)
     store_state_fragments(S, seg.end + seg_at * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
+  else if (seg.chain && s < nseg - 1)
+    store_state_fragments(S, seg.start + (seg_at + 1) * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
   else if (a.final_state && s == nseg - 1)
     store_state_fragments(S, a.final_state + int64_t(bh) * d.K * d.V, d.K, d.V, v0 + nv, m2, lane);
 }
@@ -422,10 +426,10 @@ struct ForwardOutputArgs {
   float scale;
 };
 
-// Grid (NC, B HV), kThreads; smem ForwardOutputSmem<KT> (37 KiB at KT = 64). Warp w owns token rows
+// Grid (chunks, B HV), kThreads, chunk c0 + blockIdx.x; smem ForwardOutputSmem<KT> (37 KiB at KT = 64). Warp w owns token rows
 // [16w, 16w + 16) of every product; P stays in shared memory across the 64-column V tiles.
 template <int KT>
-__global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputArgs a, Dims d) {
+__global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputArgs a, Dims d, int c0) {
   using L = ForwardOutputSmem<KT>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16x* sQ = reinterpret_cast<bf16x*>(smem + L::kQ);
@@ -435,7 +439,7 @@ __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputA
   bf16x* sU = reinterpret_cast<bf16x*>(smem + L::kU);
   float* sG = reinterpret_cast<float*>(smem + L::kG);
   float* sGam = sG + kC;
-  const int c = blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
+  const int c = c0 + blockIdx.x, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV, qh = j / d.hpg, t0 = c * kC;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = 16 * warp;
   const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
   const int64_t z = int64_t(bh) * d.NC + c;
@@ -521,26 +525,32 @@ size_t forward_smem_max(int K) {
 }
 
 WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g, const Tensor& S0,
-                 const Tensor& final_state, const Dims& d, bool keep_ainv, cudaStream_t stream) {
+                 const Tensor& final_state, const Dims& d, bool keep_ainv, cudaStream_t stream,
+                 const WyConsumer& consume) {
   const Device dev = k.device();
   WyScratch w{Tensor::empty({d.B, d.HV, d.NC, kC, d.K}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev),
               keep_ainv ? Tensor::empty({d.B, d.HV, d.NC, 2, kC, kC}, DType::bf16, dev) : Tensor(), Tensor()};
+  const ScanPieces pieces = scan_pieces(d);
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    const ScanPlan plan =
-        forward_scan_plan(d, dev.index, [&](int vs) { return scan_smem_bytes<ForwardScanSmem>(d.K, vs); },
-                          [&](int vs) { return backward_scan_smem(d.K, vs); });
-    {
+    auto fwd_smem = [&](int vs) { return scan_smem_bytes<ForwardScanSmem>(d.K, vs); };
+    const ScanPlan plan = pieces.n ? scan_plan(d, dev.index, fwd_smem, 1)
+                                   : forward_scan_plan(d, dev.index, fwd_smem,
+                                                       [&](int vs) { return backward_scan_smem(d.K, vs); });
+    auto prepare = [&](int c0, int c1) {
       const size_t smem = WyPrepareSmem<KT>::kBytes;
       set_smem(wy_prepare_kernel<KT>, smem);
-      const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
+      const dim3 grid(unsigned(c1 - c0), unsigned(d.B * d.HV));
       const WyPrepareArgs a{bp(k),       bp(v),       g.data<float>(), beta.data<float>(),
                             bp_mut(w.W), bp_mut(w.U), w.Ainv.defined() ? bp_mut(w.Ainv) : nullptr};
-      wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d);
+      wy_prepare_kernel<KT><<<grid, kThreads, smem, stream>>>(a, d, c0);
       HYB_CUDA_LAUNCH_CHECK("gated_delta_rule wy_prepare_kernel", grid, kThreads, smem);
-    }
+    };
+    auto consumed = [&](int c0, int c1) {
+      if (consume) consume(w, c0, c1);
+    };
     visit_vs(plan.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = ForwardScanSmem<KT, VS>::kBytes;
@@ -552,10 +562,15 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
                               S0.defined() ? S0.data<float>() : nullptr,
                               bp_mut(w.S),
                               final_state.defined() ? final_state.data<float>() : nullptr};
-      run_scan<VS>(plan, d, false, dev, stream, w.Phi, [&](dim3 grid, const SegmentArgs& seg) {
-        forward_scan_kernel<KT, VS><<<grid, kScanThreads, smem, stream>>>(a, seg, d);
+      auto launch = [&](dim3 grid, const SegmentArgs& seg, cudaStream_t st) {
+        forward_scan_kernel<KT, VS><<<grid, kScanThreads, smem, st>>>(a, seg, d);
         HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kScanThreads, smem);
-      });
+      };
+      if (pieces.n) return run_pieces<VS>(pieces, d, false, dev, stream, prepare, launch, consumed);
+      prepare(0, d.NC);
+      run_scan<VS>(plan, d, false, dev, stream, w.Phi,
+                   [&](dim3 grid, const SegmentArgs& seg) { launch(grid, seg, stream); });
+      consumed(0, d.NC);
     });
   });
   return w;
@@ -593,17 +608,24 @@ GatedDeltaOutputs gated_delta_rule_forward_fused(const Tensor& q0, const Tensor&
   cudaStream_t stream = current_stream(dev.index);
   GatedDeltaOutputs r{Tensor::empty({gd.B, gd.T, gd.HV, gd.V}, DType::bf16, dev),
                       Tensor::empty({gd.B, gd.HV, gd.K, gd.V}, DType::f32, dev)};
-  const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, r.final_state, d, keep != nullptr, stream);
-  gdn::visit_kt(d.K, [&](auto kt) {
-    constexpr int KT = decltype(kt)::value;
-    const size_t smem = gdn::ForwardOutputSmem<KT>::kBytes;
-    gdn::set_smem(gdn::forward_output_kernel<KT>, smem);
-    const dim3 grid(unsigned(d.NC), unsigned(d.B * d.HV));
-    const gdn::ForwardOutputArgs a{gdn::bp(q),   gdn::bp(k),       g.data<float>(), gdn::bp(w.U),
-                                   gdn::bp(w.S), gdn::bp_mut(r.o), float(scale)};
-    gdn::forward_output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d);
-    HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_output_kernel", grid, gdn::kThreads, smem);
-  });
+  auto output = [&](const gdn::WyScratch& scratch, int c0, int c1) {
+    gdn::visit_kt(d.K, [&](auto kt) {
+      constexpr int KT = decltype(kt)::value;
+      const size_t smem = gdn::ForwardOutputSmem<KT>::kBytes;
+      gdn::set_smem(gdn::forward_output_kernel<KT>, smem);
+      const dim3 grid(unsigned(c1 - c0), unsigned(d.B * d.HV));
+      const gdn::ForwardOutputArgs a{gdn::bp(q),
+                                     gdn::bp(k),
+                                     g.data<float>(),
+                                     gdn::bp(scratch.U),
+                                     gdn::bp(scratch.S),
+                                     gdn::bp_mut(r.o),
+                                     float(scale)};
+      gdn::forward_output_kernel<KT><<<grid, gdn::kThreads, smem, stream>>>(a, d, c0);
+      HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_output_kernel", grid, gdn::kThreads, smem);
+    });
+  };
+  const gdn::WyScratch w = gdn::run_wy(k, v, beta, g, S0, r.final_state, d, keep != nullptr, stream, output);
   if (keep) *keep = w;
   return r;
 }

@@ -15,6 +15,7 @@
 #include "layers/op_test_util.h"
 #include "compare.h"
 #include "parity.h"
+#include "scoped_env.h"
 
 using namespace hyb;
 
@@ -115,7 +116,8 @@ TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs 
   // V 256, 6 heads) 64-column tiles in 5 segments of 13, Phi over two column tiles; HV = 2H,
   // 10 segments of 7; K = 32 with V = 16 and with V = 24 (a partial tile), 5 segments of 5, two Phi
   // tiles. Strong and weak decays: under weak ones the state carries across many segments, so a wrong
-  // segment start shows.
+  // segment start shows. Pieces off: they would take the longer of these shapes (the next case).
+  const ScopedEnv no_pieces("HYBRID_GDN_PIECES", "0");
   struct Case {
     int64_t B, T, H, HV, K, V;
     bool s0, weak_decay;
@@ -141,13 +143,49 @@ TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs 
   }
 }
 
+TEST_CASE("gated_delta_rule bf16 on cuda in pieces beside the per-chunk kernels matches the recurrent cpu reference",
+          "[gated_delta_rule][gpu]") {
+  // run_pieces (gated_delta_rule_cuda.cuh): the scans in pieces on the scan stream, each piece's state
+  // handed to the next through memory, prepare and output (forward) and the intra-chunk backward in
+  // pieces on the compute stream. Piece lengths that divide the chunks and ones that leave a short last
+  // piece, one chunk a piece (every start handed over), and the default choice (8 pieces at 65 chunks);
+  // weak decays, so a wrong hand-over shows far downstream.
+  struct Case {
+    int64_t B, T, H, HV, K, V;
+    const char* pieces;
+  };
+  for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, nullptr}, Case{1, 4096 + 37, 2, 2, 64, 64, "1"},
+                        Case{1, 4096 + 37, 2, 2, 64, 64, "7"}, Case{1, 4096 + 37, 6, 6, 128, 256, "13"},
+                        Case{1, 64 * 40, 1, 2, 64, 64, "10"}, Case{2, 1600, 1, 2, 32, 24, "3"}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                         << " pieces of " << (c.pieces ? c.pieces : "(default)")) {
+      const ScopedEnv pieces("HYBRID_GDN_PIECES", c.pieces);
+      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, true, false, 37, -0.05, -0.001);
+      ParityOptions opt;
+      opt.f32 = false;
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, true); }, in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
 TEST_CASE("gated_delta_rule bf16 on cuda: the backward from the forward's kept chunk scratch equals the one that "
           "rebuilds it",
           "[gated_delta_rule][gpu]") {
   // The parity cases above run with the default save_chunk_states; this one pins the rebuild path to
-  // the same bits (the same kernels on the same inputs), segmented scans included (B HV = 2, T 4133).
-  for (const GatedDeltaDims& d : {GatedDeltaDims{2, 200, 2, 4, 64, 64, 2}, GatedDeltaDims{1, 4133, 2, 2, 64, 64, 1}}) {
-    DYNAMIC_SECTION("B " << d.B << " T " << d.T << " H " << d.H << " HV " << d.HV) {
+  // the same bits (the same kernels on the same inputs), segmented scans and pieces included (B HV = 2,
+  // T 4133).
+  struct Case {
+    GatedDeltaDims d;
+    const char* pieces;
+  };
+  for (const auto& [d, pieces] : {Case{GatedDeltaDims{2, 200, 2, 4, 64, 64, 2}, nullptr},
+                                  Case{GatedDeltaDims{1, 4133, 2, 2, 64, 64, 1}, "0"},
+                                  Case{GatedDeltaDims{1, 4133, 2, 2, 64, 64, 1}, "6"}}) {
+    DYNAMIC_SECTION("B " << d.B << " T " << d.T << " H " << d.H << " HV " << d.HV << " pieces of "
+                         << (pieces ? pieces : "(default)")) {
+      const ScopedEnv scoped("HYBRID_GDN_PIECES", pieces);
       const std::vector<Tensor> in = delta_inputs(d.B, d.T, d.H, d.HV, d.K, d.V, true, false, 41, -0.6, -0.02);
       const Device gpu = Device::cuda(0);
       auto bf = [&](const Tensor& t) { return t.to(DType::bf16).to(gpu); };
