@@ -698,7 +698,7 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
 
   // Stage 1, then stages 2 and 3: in pieces side by side, unless the forward ran its scan in segments
   // (their transitions, transposed, are this scan's).
-  const gdn::ScanPieces pieces = w.Phi.defined() ? gdn::ScanPieces{d.NC, 0} : gdn::scan_pieces(d);
+  const gdn::ScanPieces pieces = w.Phi.defined() ? gdn::ScanPieces{d.NC, 0} : gdn::scan_pieces(d, dev.index);
   gdn::visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     Tensor phi = w.Phi;

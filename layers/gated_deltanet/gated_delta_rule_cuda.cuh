@@ -463,7 +463,8 @@ ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdS
   return best;
 }
 
-// The backward scan's shared memory at column tile vs (forward_scan_plan weighs the backward's steps).
+// The scans' shared memory at column tile vs (forward_scan_plan weighs the backward's steps).
+size_t forward_scan_smem(int K, int vs);
 size_t backward_scan_smem(int K, int vs);
 
 // What a scan kernel's block reads of the plan. The block's segment is first + blockIdx.z of nseg.
@@ -519,9 +520,25 @@ struct ScanPieces {
 
 // HYBRID_GDN_PIECES, read at every call (the tests switch it): unset, the choice below; 0, no pieces; N,
 // pieces of N chunks. HYBRID_GDN_SEGMENTS (forcing the plan's segment count) turns pieces off.
-inline ScanPieces scan_pieces(const Dims& d) {
-  const char* e = std::getenv("HYBRID_GDN_PIECES");
-  int len = e ? std::max(0, std::atoi(e)) : forced_segments() >= 0 || d.NC < 32 ? 0 : std::max(8, (d.NC + 7) / 8);
+// The choice: pieces at 128 chunks or more where the plan's segments shorten the two scans' critical
+// path (scan_plan's model) by less than a fifth, in pieces of at least 64 chunks. Each piece costs a
+// scan launch that waits for blocks of the per-chunk kernels to leave room, and beside them a scan step
+// is slower, so pieces lose where segments cut the path much (H200, B T = 32768, docs/performance.md:
+// K = V = 64, cut by 34% at 8k and 66% at 16k, 1.505 -> 1.611 and 1.540 -> 1.806 ms in pieces of 64
+// chunks) and win where they do not (the NAtS-L shape, cut by 0% at 8k and 17% at 16k: 2.215 -> 2.066
+// and 2.684 -> 2.444 ms); shorter pieces were slower at every shape.
+inline ScanPieces scan_pieces(const Dims& d, int device) {
+  int len = 0;
+  if (const char* e = std::getenv("HYBRID_GDN_PIECES")) {
+    len = std::max(0, std::atoi(e));
+  } else if (forced_segments() < 0 && d.NC >= 128) {
+    auto fwd_smem = [&](int vs) { return forward_scan_smem(d.K, vs); };
+    auto bwd_smem = [&](int vs) { return backward_scan_smem(d.K, vs); };
+    const int64_t single = scan_plan(d, device, fwd_smem, 1).cost + scan_plan(d, device, bwd_smem, 1).cost;
+    const ScanPlan f = forward_scan_plan(d, device, fwd_smem, bwd_smem);
+    const int64_t segmented = f.nseg == 1 ? single : f.cost + scan_plan(d, device, bwd_smem, f.nseg, true).cost;
+    if (5 * segmented >= 4 * single) len = std::max(64, (d.NC + 3) / 4);
+  }
   if (len == 0 || len >= d.NC) return {d.NC, 0};
   return {len, (d.NC + len - 1) / len};
 }

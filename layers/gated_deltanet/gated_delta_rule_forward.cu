@@ -513,6 +513,8 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
   });
 }
 
+size_t forward_scan_smem(int K, int vs) { return scan_smem_bytes<ForwardScanSmem>(K, vs); }
+
 size_t forward_smem_max(int K) {
   size_t need = 0;
   visit_kt(K, [&](auto kt) {
@@ -532,10 +534,10 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
               Tensor::empty({d.B, d.HV, d.NC, kC, d.V}, DType::bf16, dev),
               Tensor::empty({d.B, d.HV, d.NC, d.K, d.V}, DType::bf16, dev),
               keep_ainv ? Tensor::empty({d.B, d.HV, d.NC, 2, kC, kC}, DType::bf16, dev) : Tensor(), Tensor()};
-  const ScanPieces pieces = scan_pieces(d);
+  const ScanPieces pieces = scan_pieces(d, dev.index);
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    auto fwd_smem = [&](int vs) { return scan_smem_bytes<ForwardScanSmem>(d.K, vs); };
+    auto fwd_smem = [&](int vs) { return forward_scan_smem(d.K, vs); };
     const ScanPlan plan = pieces.n ? scan_plan(d, dev.index, fwd_smem, 1)
                                    : forward_scan_plan(d, dev.index, fwd_smem,
                                                        [&](int vs) { return backward_scan_smem(d.K, vs); });

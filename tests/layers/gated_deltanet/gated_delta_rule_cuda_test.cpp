@@ -116,7 +116,7 @@ TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs 
   // V 256, 6 heads) 64-column tiles in 5 segments of 13, Phi over two column tiles; HV = 2H,
   // 10 segments of 7; K = 32 with V = 16 and with V = 24 (a partial tile), 5 segments of 5, two Phi
   // tiles. Strong and weak decays: under weak ones the state carries across many segments, so a wrong
-  // segment start shows. Pieces off: they would take the longer of these shapes (the next case).
+  // segment start shows. Pieces off, whatever the default would choose (the next case has them).
   const ScopedEnv no_pieces("HYBRID_GDN_PIECES", "0");
   struct Case {
     int64_t B, T, H, HV, K, V;
@@ -148,17 +148,17 @@ TEST_CASE("gated_delta_rule bf16 on cuda in pieces beside the per-chunk kernels 
   // run_pieces (gated_delta_rule_cuda.cuh): the scans in pieces on the scan stream, each piece's state
   // handed to the next through memory, prepare and output (forward) and the intra-chunk backward in
   // pieces on the compute stream. Piece lengths that divide the chunks and ones that leave a short last
-  // piece, one chunk a piece (every start handed over), and the default choice (8 pieces at 65 chunks);
-  // weak decays, so a wrong hand-over shows far downstream.
+  // piece, and one chunk a piece (every start handed over); weak decays, so a wrong hand-over shows far
+  // downstream.
   struct Case {
     int64_t B, T, H, HV, K, V;
     const char* pieces;
   };
-  for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, nullptr}, Case{1, 4096 + 37, 2, 2, 64, 64, "1"},
+  for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, "9"}, Case{1, 4096 + 37, 2, 2, 64, 64, "1"},
                         Case{1, 4096 + 37, 2, 2, 64, 64, "7"}, Case{1, 4096 + 37, 6, 6, 128, 256, "13"},
                         Case{1, 64 * 40, 1, 2, 64, 64, "10"}, Case{2, 1600, 1, 2, 32, 24, "3"}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
-                         << " pieces of " << (c.pieces ? c.pieces : "(default)")) {
+                         << " pieces of " << c.pieces) {
       const ScopedEnv pieces("HYBRID_GDN_PIECES", c.pieces);
       const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, true, false, 37, -0.05, -0.001);
       ParityOptions opt;
