@@ -47,16 +47,13 @@ using chunk_mma::zero;
 template <int KT, int VS>
 struct BackwardScanSmem {
   static constexpr size_t kKTile = size_t(kC) * (KT + 8) * 2, kVTile = size_t(kC) * (VS + 8) * 2;
-  // Q, K, dO and g of three chunks: the one stepped, the next (its P formed during this step) and the
-  // one after, in flight; W of two (it is read only in its own step).
-  static constexpr int kStages = 3;
-  static constexpr size_t kBuf = 2 * kKTile + kVTile + kC * 4;   // one stage: Q, K, dO, raw g
-  static constexpr size_t kQ = 0;                                // + stage kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kK = kKTile;                           // + stage kBuf: bf16 [64][KT + 8]
-  static constexpr size_t kDO = 2 * kKTile;                      // + stage kBuf: bf16 [64][VS + 8]
-  static constexpr size_t kGraw = 2 * kKTile + kVTile;           // + stage kBuf: f32 [64]
-  static constexpr size_t kW = kStages * kBuf;                   // + parity kKTile: bf16 [64][KT + 8]
-  static constexpr size_t kP = kW + 2 * kKTile;                  // bf16 [64][kLd64]: scale L .* (Q @ K^T)
+  static constexpr size_t kBuf = 3 * kKTile + kVTile + kC * 4;   // one prefetch stage: Q, K, W, dO, raw g
+  static constexpr size_t kQ = 0;                                // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kK = kKTile;                           // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kW = 2 * kKTile;                       // + p kBuf: bf16 [64][KT + 8]
+  static constexpr size_t kDO = 3 * kKTile;                      // + p kBuf: bf16 [64][VS + 8]
+  static constexpr size_t kGraw = 3 * kKTile + kVTile;           // + p kBuf: f32 [64]
+  static constexpr size_t kP = 2 * kBuf;                         // bf16 [64][kLd64]: scale L .* (Q @ K^T)
   static constexpr size_t kDOg = kP + size_t(kC) * kLd64 * 2;    // bf16 [64][VS + 8]: scale gam .* dO
   static constexpr size_t kdUn = kDOg + kVTile;                  // bf16 [64][VS + 8]: -dU
   static constexpr size_t kD = kdUn + kVTile;                    // bf16 [KT][VS + 8]: D_c
@@ -76,20 +73,16 @@ struct BackwardScanArgs {
   float scale;
 };
 
-// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments from seg.first), kScanThreads (warps as
-// kScanThreads says; at VS = 16 the upper four also form their column half of P); smem
-// BackwardScanSmem<KT, VS> (138 KiB at KT = VS = 64). Per chunk of the block's segment, last to first,
-// with D = D_c:
-//   dU = kd .* (K @ D) + P^T @ dO                          warp w: token rows [16w, 16w + 16), VS columns
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments from seg.first), kScanThreads (warps as kScanThreads says;
+// at VS = 16 the upper four also form their column half of P); smem BackwardScanSmem<KT, VS>
+// (110 KiB at KT = VS = 64). Per chunk of the block's segment, last to first, with D = D_c:
+//   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
 //   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows
-// Only K @ D and W^T @ (-dU) wait for the state. P = scale L .* (Q @ K^T) and scale gam .* dO of the
-// chunk after (the next one scanned) are formed at the end of a step, after its last product is issued,
-// and P^T @ dO and the Q^T term are issued beside K @ D: a step is two barriers and one chain of two
-// products, the rest off the chain. (Forming P in a parallel pass costs more than the writing and
-// reading of it.) Tiles come two chunks ahead (cp.async). Each warp keeps its own copy of a chunk's G,
-// so no barrier guards the gates. Pass 1 (seg.local) writes no dU and no snapshots, only the segment's
-// end; a Phi column tile has dO = 0 (no P, no dO terms) and starts from the identity. A piece
-// (seg.chain) also leaves its end as the start of the piece before.
+// P (one 64 x KT product) is formed per chunk here instead of in a parallel pass: it costs less than
+// writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
+// warp keeps its own copy of the chunk's G, so no barrier guards the gates. Pass 1 (seg.local) writes
+// no dU and no snapshots, only the segment's end; a Phi column tile has dO = 0 (no P, no dO terms) and
+// starts from the identity. A piece (seg.chain) also leaves its end as the start of the piece before.
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
   using L = BackwardScanSmem<KT, VS>;
@@ -100,8 +93,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   bf16x* sDOg = reinterpret_cast<bf16x*>(smem + L::kDOg);
   bf16x* sdUn = reinterpret_cast<bf16x*>(smem + L::kdUn);
   bf16x* sD = reinterpret_cast<bf16x*>(smem + L::kD);
-  auto buf = [&](int stage, size_t off) { return smem + stage * L::kBuf + off; };
-  auto wbuf = [&](int parity) { return reinterpret_cast<bf16x*>(smem + L::kW + parity * L::kKTile); };
+  auto buf = [&](int p, size_t off) { return smem + p * L::kBuf + off; };
   const int nseg = seg.nseg, s = seg.first + int(blockIdx.z), vt = (d.V + VS - 1) / VS;
   const bool phi = seg.local && int(blockIdx.x) >= vt;
   if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == 0)) return;  // nothing the combine reads
@@ -113,55 +105,21 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   float* sG = reinterpret_cast<float*>(smem + L::kGw) + warp * kC;
   const int64_t qk_off = (int64_t(b) * d.T * d.H + qh) * d.K, qk_row = int64_t(d.H) * d.K;
   const float* gb = a.g + int64_t(b) * d.T * d.HV + j;
-  // Chunk c's stages: (c_end - 1 - c) % 3 for Q, K, dO, g and its parity for W.
-  auto stage_of = [&](int c) { return (c_end - 1 - c) % L::kStages; };
-  auto load_qkdo = [&](int c) {  // no commit: the caller's group
-    const int st = stage_of(c);
+  auto load_chunk = [&](int c, int p) {
+    const int64_t z = int64_t(bh) * d.NC + c;
     if (!phi)  // a Phi column tile forms no P and takes no dO term: Q is not read
-      flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(st, L::kQ)), a.q + qk_off, qk_row,
+      flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kQ)), a.q + qk_off, qk_row,
                                                    c * kC, d.T, d.K, tid);
-    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(st, L::kK)), a.k + qk_off, qk_row, c * kC,
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kK)), a.k + qk_off, qk_row, c * kC,
                                                  d.T, d.K, tid);
+    flash::load_tile<kC, KT, kScanThreads, true>(reinterpret_cast<bf16x*>(buf(p, L::kW)), a.W + z * kC * d.K, d.K, 0,
+                                                 kC, d.K, tid);
     if (!phi && tid < 128)  // 64 x 16 is 128 pieces: 128 threads copy the narrowest dO tile
-      flash::load_tile<kC, VS, 128, true>(reinterpret_cast<bf16x*>(buf(st, L::kDO)),
+      flash::load_tile<kC, VS, 128, true>(reinterpret_cast<bf16x*>(buf(p, L::kDO)),
                                           a.dout + (int64_t(b) * d.T * d.HV + j) * d.V + v0, int64_t(d.HV) * d.V,
                                           c * kC, d.T, d.V - v0, tid);
-    copy_chunk_gates(reinterpret_cast<float*>(buf(st, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
-  };
-  auto load_w = [&](int c) {
-    flash::load_tile<kC, KT, kScanThreads, true>(wbuf((c_end - 1 - c) & 1), a.W + (int64_t(bh) * d.NC + c) * kC * d.K,
-                                                 d.K, 0, kC, d.K, tid);
-  };
-  // The state-independent part of chunk c's step, done a step early: its gates (kd, gam_n into the
-  // registers given), and P and scale gam .* dO into sP and sDOg (every warp its rows and column half).
-  auto prepare_chunk = [&](int c, float (&kd)[2], float& gam_n) {
-    const int st = stage_of(c);
-    const float* sGraw = reinterpret_cast<const float*>(buf(st, L::kGraw));
-    const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
-    *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
-    __syncwarp();
-    row_kd(gc, m0, lane, kd);
-    gam_n = exp_ftz(gc.last);
-    if (phi) return;
-    const bf16x* sQ = reinterpret_cast<const bf16x*>(buf(st, L::kQ));
-    const bf16x* sK = reinterpret_cast<const bf16x*>(buf(st, L::kK));
-    const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(st, L::kDO));
-    float pp[1][kC / 16][4];  // the warp's rows and column half of P; a half wholly above the diagonal is zero
-    zero(pp);
-    if (32 * half <= m0 + 15) warp_mma<1, kC / 16, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 32 * half, lane);
-    store_masked(sP, kLd64, pp, sG, a.scale, m0, 32 * half, lane);
-    for (int x = lane + 32 * half; x < 16 * (VS / 8); x += 64) {  // the warp's rows of scale gam .* dO
-      const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
-      const float f = a.scale * exp_ftz(sG[r]);
-      uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
-      __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&val);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f2 = __bfloat1622float2(h2[e]);
-        h2[e] = __floats2bfloat162_rn(f * f2.x, f * f2.y);
-      }
-      *reinterpret_cast<uint4*>(sDOg + r * (VS + 8) + c8) = val;
-    }
+    copy_chunk_gates(reinterpret_cast<float*>(buf(p, L::kGraw)), gb, c * kC, d.T, d.HV, tid);
+    flash::cp_async_commit();
   };
 
   const int64_t seg_at = int64_t(bh) * nseg + s;
@@ -175,49 +133,54 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
                                        : seg.start + seg_at * d.K * d.V,
                          d.K, d.V, v0 + nv, m2, lane);
   if (active) store_state(sD, D, m2, lane, nv, VS + 8);
-  // The groups as a step of chunk c commits them, {Q K dO g of c - 2, W of c - 1}: before the first
-  // step, {c_end - 1} and {c_end - 2, W of c_end - 1}.
-  load_qkdo(c_end - 1);
-  flash::cp_async_commit();
-  if (c_end - 2 >= c_begin) load_qkdo(c_end - 2);
-  load_w(c_end - 1);
-  flash::cp_async_commit();
-  flash::cp_async_wait<1>();
-  __syncthreads();
-  float kd[2], gam_n;
-  prepare_chunk(c_end - 1, kd, gam_n);
+  load_chunk(c_end - 1, 0);
   for (int c = c_end - 1; c >= c_begin; --c) {
-    __syncthreads();  // P, scale gam .* dO of chunk c and D_c (sD) are visible; every warp is done with chunk c + 1
-    if (c - 2 >= c_begin) load_qkdo(c - 2);
-    if (c - 1 >= c_begin) load_w(c - 1);
-    flash::cp_async_commit();  // maybe empty: one group a step keeps the waits' counts
-    const int st = stage_of(c);
-    const bf16x* sQ = reinterpret_cast<const bf16x*>(buf(st, L::kQ));
-    const bf16x* sK = reinterpret_cast<const bf16x*>(buf(st, L::kK));
-    const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(st, L::kDO));
+    const int p = (c_end - 1 - c) & 1;
+    flash::cp_async_wait<0>();
+    __syncthreads();  // chunk c's tiles and D_c (sD) are visible; every warp is done with buffer p ^ 1
+    if (c > c_begin) load_chunk(c - 1, p ^ 1);
+    const bf16x* sQ = reinterpret_cast<const bf16x*>(buf(p, L::kQ));
+    const bf16x* sK = reinterpret_cast<const bf16x*>(buf(p, L::kK));
+    const bf16x* sW = reinterpret_cast<const bf16x*>(buf(p, L::kW));
+    const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(p, L::kDO));
+    const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
     if (!seg.local) store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
+
+    const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
+    *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
+    __syncwarp();
+    float kd[2];
+    row_kd(gc, m0, lane, kd);
+    if (!phi) {  // the warp's rows and column half of P; a half wholly above the diagonal is zero
+      float pp[1][kC / 16][4];
+      zero(pp);
+      if (32 * half <= m0 + 15) warp_mma<1, kC / 16, KT, false, true>(pp, sQ, KT + 8, m0, sK, KT + 8, 32 * half, lane);
+      store_masked(sP, kLd64, pp, sG, a.scale, m0, 32 * half, lane);
+    }
+    for (int x = lane + 32 * half; !phi && x < 16 * (VS / 8); x += 64) {  // the warp's rows of scale gam .* dO
+      const int r = m0 + x / (VS / 8), c8 = (x % (VS / 8)) * 8;
+      const float f = a.scale * exp_ftz(sG[r]);
+      uint4 val = *reinterpret_cast<const uint4*>(sDO + r * (VS + 8) + c8);
+      __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&val);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f2 = __bfloat1622float2(h2[e]);
+        h2[e] = __floats2bfloat162_rn(f * f2.x, f * f2.y);
+      }
+      *reinterpret_cast<uint4*>(sDOg + r * (VS + 8) + c8) = val;
+    }
+    __syncthreads();  // P and scale gam .* dO complete
 
     if (active) {
       float du[1][NT][4];
       zero(du);
       warp_mma<1, NT, KT, false, false>(du, sK, KT + 8, m0, sD, VS + 8, nv, lane);
-      scale_all(D, gam_n);
-      if (!phi) {
-        float pd[1][NT][4];
-        zero(pd);
-        warp_mma<1, NT, kC, true, false>(pd, sP, kLd64, m0, sDO, VS + 8, nv, lane);
-        warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, nv, lane);
 #pragma unroll
-        for (int ni = 0; ni < NT; ++ni)
+      for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) du[0][ni][e] = du[0][ni][e] * kd[e / 2] + pd[0][ni][e];
-      } else {
-#pragma unroll
-        for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
-      }
+        for (int e = 0; e < 4; ++e) du[0][ni][e] *= kd[e / 2];
+      if (!phi) warp_mma<1, NT, kC, true, false>(du, sP, kLd64, m0, sDO, VS + 8, nv, lane);
       bf16x* dUc = a.dU + z * kC * d.V + v0;
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
@@ -229,14 +192,14 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
           *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
         }
     }
-    flash::cp_async_wait<1>();  // chunk c - 1's Q, K, dO, g and chunk c's W (the group before this step's)
-    __syncthreads();            // -dU and those tiles visible; every warp is done reading D_c, P and dOg
+    __syncthreads();  // -dU complete; every warp is done reading D_c
 
     if (active) {
-      warp_mma<MT2, NT, kC, true, false>(D, wbuf((c_end - 1 - c) & 1), KT + 8, m2, sdUn, VS + 8, nv, lane);
+      scale_all(D, exp_ftz(gc.last));  // gam_n
+      if (!phi) warp_mma<MT2, NT, kC, true, false>(D, sQ, KT + 8, m2, sDOg, VS + 8, nv, lane);
+      warp_mma<MT2, NT, kC, true, false>(D, sW, KT + 8, m2, sdUn, VS + 8, nv, lane);
       store_state(sD, D, m2, lane, nv, VS + 8);
     }
-    if (c - 1 >= c_begin) prepare_chunk(c - 1, kd, gam_n);
   }
   flash::cp_async_wait<0>();
   if (!active) return;
