@@ -34,13 +34,15 @@ fi
 # the case's warm-ups and one timed run (4 iterations), each launch replayed alone, clocks left alone.
 # Slow: 1 to 3 minutes a case when the bench made every case's inputs (~15 GB); it now makes only the
 # filtered family's, which should be faster under the profiler too (not yet timed).
-# NCU_COUNT=N profiles only the first N launches and lists them in order; NCU_ONLY=1 runs nothing else.
+# NCU_COUNT=N profiles only the first N launches and lists them in order; NCU_ONLY=1 runs nothing else;
+# NCU_METRICS="dram__bytes_read.sum,dram__bytes_write.sum" adds byte counts per kernel (ncu_summary.py).
 run_ncu() {
   local c csv
   IFS=';' read -ra ncu_cases <<< "${NCU_CASES:-}"
   for c in "${ncu_cases[@]}"; do
     csv=/tmp/hybrid-carried/ncu_$(printf '%s' "$c" | tr -c 'A-Za-z0-9' _).csv
-    timeout "${NCU_TIMEOUT:-90}" ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+    timeout "${NCU_TIMEOUT:-90}" ncu --clock-control none --profile-from-start off \
+      --metrics gpu__time_duration.sum${NCU_METRICS:+,$NCU_METRICS} \
       ${NCU_COUNT:+--launch-count $NCU_COUNT} --csv "$build/hybrid" bench ops --filter "${c%%@*}" --shape "${c#*@}" \
       --reps 1 > "$csv" 2>&1
     echo "ncu $c: rc $?"

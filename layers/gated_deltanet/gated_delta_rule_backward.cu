@@ -81,7 +81,8 @@ struct BackwardScanArgs {
 // P (one 64 x KT product) is formed per chunk here instead of in a parallel pass: it costs less than
 // writing and reading it. The next chunk's tiles are copied (cp.async) while this one computes; each
 // warp keeps its own copy of the chunk's G, so no barrier guards the gates. Pass 1 (seg.local) writes
-// no dU and no snapshots, only the segment's end; a Phi column tile has dO = 0 (no P, no dO terms) and
+// no dU and no snapshots, only the segment's end, except in the last segment (scanned first, from the
+// true state): it writes what pass 3 would (pass 3 skips it); a Phi column tile has dO = 0 (no P, no dO terms) and
 // starts from the identity. A piece (seg.chain) also leaves its end as the start of the piece before.
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardScanArgs a, SegmentArgs seg, Dims d) {
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
   const int nseg = seg.nseg, s = seg.first + int(blockIdx.z), vt = (d.V + VS - 1) / VS;
   const bool phi = seg.local && int(blockIdx.x) >= vt;
   if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == 0)) return;  // nothing the combine reads
+  const bool writes = !seg.local || (s == nseg - 1 && !phi);  // dU and the snapshots
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
             qh = j / d.hpg;
   const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
     const bf16x* sDO = reinterpret_cast<const bf16x*>(buf(p, L::kDO));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    if (!seg.local) store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
+    if (writes) store_tile<KT, VS, kScanThreads>(a.D + z * d.K * d.V + v0, d.V, sD, d.K, d.V - v0);
 
     const chunk_mma::PairCumsum gc = chunk_cumsum(sGraw[2 * lane], sGraw[2 * lane + 1], min(kC, d.T - c * kC), lane);
     *reinterpret_cast<float2*>(sG + 2 * lane) = make_float2(gc.G0, gc.G1);
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kScanThreads) backward_scan_kernel(BackwardSca
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
           const int r = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
-          if (!seg.local && v0 + col < d.V)
+          if (writes && v0 + col < d.V)
             *reinterpret_cast<uint32_t*>(dUc + r * d.V + col) = pack_bf16(du[0][ni][e], du[0][ni][e + 1]);
           *reinterpret_cast<uint32_t*>(sdUn + r * (VS + 8) + col) = pack_bf16(-du[0][ni][e], -du[0][ni][e + 1]);
         }

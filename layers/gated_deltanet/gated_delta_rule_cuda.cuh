@@ -371,9 +371,10 @@ inline int forced_segments() {
 // With nseg > 1 the chunks are split into segments of len chunks, scanned in three passes
 // (docs/layers/gated_deltanet.md): (1) every segment in parallel from a zero state, keeping only its
 // end E_s, and its transition Phi_s (the product of its A_c, or A_c^T) as K more state columns that
-// start from the identity and get no input; the segment scanned first starts from the true state;
-// (2) segment_combine_kernel: start_{s+1} = Phi_s start_s + E_s in scan order, sequential over the
-// segments only; (3) every segment again from its true start, writing what a single scan writes.
+// start from the identity and get no input; the segment scanned first starts from the true state and
+// writes what a single scan writes; (2) segment_combine_kernel: start_{s+1} = Phi_s start_s + E_s in
+// scan order, sequential over the segments only; (3) every other segment again from its true start,
+// writing what a single scan writes.
 struct ScanPlan {
   int vs;        // state columns per block
   int nseg;      // segments (1: one sequential scan per column tile)
@@ -425,7 +426,7 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
       if (fixed_nseg >= 2 ? nseg != fixed_nseg : forced >= 2 && forced <= d.NC && nseg != forced) continue;
       // Pass 1 skips E of the last segment and Phi of the first and last (SegmentArgs).
       const int64_t phis = phi_given ? 0 : (nseg - 2) * kt;
-      const int64_t pass1 = pairs * ((nseg - 1) * vt + phis), pass3 = pairs * nseg * vt;
+      const int64_t pass1 = pairs * ((nseg - 1) * vt + phis), pass3 = pairs * (nseg - 1) * vt;
       consider(nseg, len, len * (waves(pass1) + waves(pass3)) + nseg, pass1 + pass3,
                waves(pass1) == 1 && waves(pass3) == 1);
     }
@@ -503,8 +504,8 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
          SegmentArgs{p.len, p.nseg, 0, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
                      nullptr});
   combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, stream);
-  launch(dim3(vt, bhs, unsigned(p.nseg)),
-         SegmentArgs{p.len, p.nseg, 0, false, false, nullptr, nullptr, start.data<float>()});
+  launch(dim3(vt, bhs, unsigned(p.nseg - 1)),  // the segment scanned first is done (pass 1)
+         SegmentArgs{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()});
 }
 
 // Pieces: with few (b, value head) pairs and a long sequence a scan is a chain of NC latency-bound steps

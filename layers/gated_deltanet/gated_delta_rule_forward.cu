@@ -196,7 +196,9 @@ struct ForwardScanArgs {
 // one computes: a chunk step (a few dependent warp products) can be shorter than a global load under
 // load, and with few blocks per SM nothing else hides the wait. Each warp derives the chunk's gates
 // itself (a one-warp cumsum), so no barrier guards them. Pass 1 (seg.local) writes no U and no
-// snapshots, only the segment's end; a Phi column tile has U0 = 0 and starts from the identity. A piece
+// snapshots, only the segment's end, except in the first segment, which starts from the true state:
+// it writes what pass 3 would (pass 3 skips it); a Phi column tile has U0 = 0 and starts from the
+// identity. A piece
 // (seg.chain) also leaves its end as the next piece's start.
 template <int KT, int VS>
 __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanArgs a, SegmentArgs seg, Dims d) {
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
   const int nseg = seg.nseg, s = seg.first + int(blockIdx.z), vt = (d.V + VS - 1) / VS;
   const bool phi = seg.local && int(blockIdx.x) >= vt;
   if (seg.local && (phi ? s == 0 || s == nseg - 1 : s == nseg - 1)) return;  // nothing the combine reads
+  const bool writes = !seg.local || (s == 0 && !phi);  // U and the snapshots
   const int v0 = (phi ? int(blockIdx.x) - vt : int(blockIdx.x)) * VS, bh = blockIdx.y, b = bh / d.HV, j = bh % d.HV,
             qh = j / d.hpg;
   const int c_begin = s * seg.len, c_end = min(d.NC, c_begin + seg.len);
@@ -257,7 +260,7 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
     const bf16x* sU0 = reinterpret_cast<const bf16x*>(buf(p, L::kU0));
     const float* sGraw = reinterpret_cast<const float*>(buf(p, L::kGraw));
     const int64_t z = int64_t(bh) * d.NC + c;
-    if (!seg.local) store_tile<KT, VS, kScanThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
+    if (writes) store_tile<KT, VS, kScanThreads>(a.S + z * d.K * d.V + v0, d.V, sS, d.K, d.V - v0);
 
     chunk_mma::PairCumsum gc{};
     if (active) {
@@ -282,7 +285,7 @@ __global__ void __launch_bounds__(kScanThreads) forward_scan_kernel(ForwardScanA
         for (int e = 0; e < 4; e += 2) {
           const int r = m0 + frag_row(lane, e), col = nv + ni * 8 + frag_col(lane, e);
           const float f = -kd[e / 2];
-          if (!seg.local && v0 + col < d.V)
+          if (writes && v0 + col < d.V)
             *reinterpret_cast<uint32_t*>(Uc + r * d.V + col) = pack_bf16(-u[0][ni][e], -u[0][ni][e + 1]);
           *reinterpret_cast<uint32_t*>(sUk + r * (VS + 8) + col) = pack_bf16(f * u[0][ni][e], f * u[0][ni][e + 1]);
         }
