@@ -6,15 +6,17 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/error.h"
 
 namespace hyb {
 namespace {
 
-constexpr int kStreamRoles = 3;  // entries of StreamRole
+constexpr int kStreamSlots = 2 + kScanStreams;  // per device: compute, comm, the scan streams
+int slot_of(StreamRole role, int index) { return role == StreamRole::scan ? 2 + index : int(role); }
 
 struct StreamTable {
   std::mutex mutex;
-  std::vector<cudaStream_t> streams;  // [device * kStreamRoles + role], null until first use
+  std::vector<cudaStream_t> streams;  // [device * kStreamSlots + slot_of(role, index)], null until first use
 };
 
 StreamTable& stream_table() {
@@ -24,12 +26,14 @@ StreamTable& stream_table() {
 
 }  // namespace
 
-cudaStream_t cuda_stream(int device, StreamRole role) {
+cudaStream_t cuda_stream(int device, StreamRole role, int index) {
   check_cuda_device(device, "cuda_stream");
+  HYB_CHECK(index >= 0 && index < (role == StreamRole::scan ? kScanStreams : 1), "cuda_stream: no stream ", index,
+            " of that role");
   StreamTable& t = stream_table();
   std::lock_guard<std::mutex> lock(t.mutex);
-  if (t.streams.empty()) t.streams.assign(size_t(cuda_device_count()) * kStreamRoles, nullptr);
-  cudaStream_t& s = t.streams[size_t(device) * kStreamRoles + size_t(role)];
+  if (t.streams.empty()) t.streams.assign(size_t(cuda_device_count()) * kStreamSlots, nullptr);
+  cudaStream_t& s = t.streams[size_t(device) * kStreamSlots + size_t(slot_of(role, index))];
   if (!s) {
     CudaDeviceGuard guard(device);
     int least = 0, greatest = 0;
@@ -40,7 +44,8 @@ cudaStream_t cuda_stream(int device, StreamRole role) {
 }
 
 void cuda_synchronize(int device) {
-  for (int r = 0; r < kStreamRoles; ++r) HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole(r))));
+  for (int r = 0; r < 2; ++r) HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole(r))));
+  for (int i = 0; i < kScanStreams; ++i) HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole::scan, i)));
 }
 
 CudaEvent::CudaEvent(bool timing) {

@@ -12,12 +12,15 @@
 namespace hyb {
 
 // comm: NCCL collectives of data parallelism. scan: the latency-bound recurrences that run beside
-// per-chunk kernels on the compute stream (gdn::run_pieces), at the device's highest stream priority so
-// the block scheduler places their blocks first.
+// per-chunk kernels on the compute stream and beside each other (gdn::run_scan, gdn::run_pieces),
+// kScanStreams of them, at the device's highest stream priority so the block scheduler places their
+// blocks first.
 enum class StreamRole { compute, comm, scan };
+constexpr int kScanStreams = 8;
 
 // Non-blocking with respect to the legacy default stream, so stray default-stream work never serialises us.
-cudaStream_t cuda_stream(int device, StreamRole role);
+// index: which of the role's streams (scan: 0 .. kScanStreams - 1; the others have one).
+cudaStream_t cuda_stream(int device, StreamRole role, int index = 0);
 inline cudaStream_t current_stream(int device) { return cuda_stream(device, StreamRole::compute); }
 
 // Waits for everything queued on the device's runtime streams.

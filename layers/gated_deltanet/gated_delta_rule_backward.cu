@@ -721,10 +721,9 @@ GatedDeltaGrads gated_delta_rule_backward_fused(const GatedDeltaSaved& sv, const
         gdn::backward_scan_kernel<KT, VS><<<grid, gdn::kScanThreads, smem, st>>>(a, seg, d);
         HYB_CUDA_LAUNCH_CHECK("gated_delta_rule backward_scan_kernel", grid, gdn::kScanThreads, smem);
       };
-      if (pieces.n) return gdn::run_pieces<VS>(pieces, d, true, dev, stream, [](int, int) {}, launch, intra_chunk);
-      gdn::run_scan<VS>(plan, d, true, dev, stream, phi,
-                        [&](dim3 grid, const gdn::SegmentArgs& seg) { launch(grid, seg, stream); });
-      intra_chunk(0, d.NC);
+      auto nothing = [](int, int) {};  // the backward scan's inputs are all there
+      if (pieces.n) return gdn::run_pieces<VS>(pieces, d, true, dev, stream, nothing, launch, intra_chunk);
+      gdn::run_scan<VS>(plan, d, true, dev, stream, phi, nothing, launch, intra_chunk);
     });
   });
   if (dq_heads.t.defined()) chunk_to_tokens(out.dq, dq_heads, d.hpg, nullptr, 1.f, cd);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/cuda_stream.h"
@@ -485,27 +486,69 @@ struct SegmentArgs {
 void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const bf16x* phi, float* start, bool reverse,
                       bool transposed, cudaStream_t stream);
 
-// Runs a scan under the plan: launch(grid, seg) launches its kernel with that grid and SegmentArgs.
-// phi: undefined on entry, it receives the segments' transitions (when there are segments); defined,
-// it holds the forward's, to be read transposed, and pass 1 forms none (the plan's segments are its).
-template <int VS, typename Launch>
+// Runs a scan under the plan beside the per-chunk kernels around it. produce(c0, c1) queues on `stream`
+// what makes the inputs of chunks [c0, c1) (the prepare kernel; nothing in the backward),
+// launch(grid, seg, s) launches the scan kernel on stream s, consume(c0, c1) queues on `stream` what
+// reads the scan's outputs for those chunks. One scan: all three on `stream`. Segments: pass 1 of each
+// segment on its own scan stream (its rank in scan order mod kScanStreams) once the segment is produced,
+// so the first segments' pass 1 runs beside the producer of the later ones and beside each other; the
+// combine and pass 3 on scan stream 0 once every pass 1 is done; the segment scanned first (pass 1 wrote
+// its outputs) is consumed once its pass 1 is, beside the combine and pass 3, and the rest once pass 3
+// is. On return `stream` has waited for all of it, so scratch freed afterwards is not handed out again
+// under it. phi: undefined on entry, it receives the segments' transitions (when there are segments);
+// defined, it holds the forward's, to be read transposed, and pass 1 forms none (the plan's segments
+// are its).
+template <int VS, typename Produce, typename Launch, typename Consume>
 void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Tensor& phi,
-              Launch&& launch) {
+              Produce&& produce, Launch&& launch, Consume&& consume) {
   const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
-  if (p.nseg == 1) return launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, 1, 0, false, false, nullptr, nullptr, nullptr});
+  if (p.nseg == 1) {
+    produce(0, d.NC);
+    launch(dim3(vt, bhs, 1), SegmentArgs{d.NC, 1, 0, false, false, nullptr, nullptr, nullptr}, stream);
+    consume(0, d.NC);
+    return;
+  }
   const bool given = phi.defined();
   HYB_CHECK(!given || phi.shape()[1] == p.nseg, "gated_delta_rule: the given segment transitions are for ",
             phi.shape()[1], " segments, the plan has ", p.nseg);
   const Tensor end = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
   if (!given) phi = Tensor::empty({d.B * d.HV, p.nseg, 2, d.K, d.K}, DType::bf16, dev);
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
-  const unsigned kt = p.nseg > 2 && !given ? unsigned((d.K + VS - 1) / VS) : 0u;  // Phi of inner segments only
-  launch(dim3(vt + kt, bhs, unsigned(p.nseg)),
-         SegmentArgs{p.len, p.nseg, 0, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
-                     nullptr});
-  combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, stream);
-  launch(dim3(vt, bhs, unsigned(p.nseg - 1)),  // the segment scanned first is done (pass 1)
-         SegmentArgs{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()});
+  const unsigned kt = unsigned((d.K + VS - 1) / VS);
+  const int first = reverse ? p.nseg - 1 : 0, last = reverse ? 0 : p.nseg - 1;
+  auto chunks = [&](int s) { return std::pair{s * p.len, std::min(d.NC, (s + 1) * p.len)}; };
+  const cudaStream_t chain = cuda_stream(dev.index, StreamRole::scan, 0);
+  std::vector<CudaEvent> produced(size_t(p.nseg)), ended(size_t(p.nseg));
+  for (int i = 0; i < p.nseg; ++i) {
+    const int s = reverse ? p.nseg - 1 - i : i;
+    const auto [c0, c1] = chunks(s);
+    produce(c0, c1);
+    produced[size_t(s)].record(stream);
+    produced[size_t(s)].block(chain);  // pass 3 reads every segment
+    if (s == last) continue;           // its end is not needed: no pass 1
+    const cudaStream_t side = cuda_stream(dev.index, StreamRole::scan, i % kScanStreams);
+    produced[size_t(s)].block(side);
+    const unsigned x = vt + (s != first && !given ? kt : 0u);  // Phi column tiles: the inner segments
+    launch(dim3(x, bhs, 1),
+           SegmentArgs{p.len, p.nseg, s, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
+                       nullptr},
+           side);
+    ended[size_t(s)].record(side);
+    ended[size_t(s)].block(chain);
+  }
+  combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, chain);
+  launch(dim3(vt, bhs, unsigned(p.nseg - 1)),  // every segment but the one scanned first
+         SegmentArgs{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()}, chain);
+  CudaEvent done;
+  done.record(chain);
+  ended[size_t(first)].block(stream);
+  const auto [f0, f1] = chunks(first);
+  consume(f0, f1);
+  done.block(stream);
+  if (reverse)
+    consume(0, first * p.len);
+  else
+    consume(f1, d.NC);
 }
 
 // Pieces: with few (b, value head) pairs and a long sequence a scan is a chain of NC latency-bound steps
@@ -522,12 +565,12 @@ struct ScanPieces {
 // HYBRID_GDN_PIECES, read at every call (the tests switch it): unset, the choice below; 0, no pieces; N,
 // pieces of N chunks. HYBRID_GDN_SEGMENTS (forcing the plan's segment count) turns pieces off.
 // The choice: pieces at 128 chunks or more where the plan's segments shorten the two scans' critical
-// path (scan_plan's model) by less than a fifth, in pieces of at least 64 chunks. Each piece costs a
+// path (scan_plan's model) by less than two fifths, in pieces of at least 64 chunks. Each piece costs a
 // scan launch that waits for blocks of the per-chunk kernels to leave room, and beside them a scan step
-// is slower, so pieces lose where segments cut the path much (H200, B T = 32768, docs/performance.md:
-// K = V = 64, cut by 34% at 8k and 66% at 16k, 1.505 -> 1.611 and 1.540 -> 1.806 ms in pieces of 64
-// chunks) and win where they do not (the NAtS-L shape, cut by 0% at 8k and 17% at 16k: 2.215 -> 2.066
-// and 2.684 -> 2.444 ms); shorter pieces were slower at every shape.
+// is slower, so pieces lose where segments cut the path much and win where they do not (H200, B T =
+// 32768, docs/performance.md: K = V = 64, cut by 45% at 8k and 68% at 16k, 1.434 -> 1.611 and 1.497 ->
+// 1.806 ms in pieces of 64 chunks; the NAtS-L shape, cut by 0% at 8k and 32% at 16k, 2.234 -> 2.069 and
+// 2.586 -> 2.475 ms); shorter pieces were slower at every shape.
 inline ScanPieces scan_pieces(const Dims& d, int device) {
   int len = 0;
   if (const char* e = std::getenv("HYBRID_GDN_PIECES")) {
@@ -538,7 +581,7 @@ inline ScanPieces scan_pieces(const Dims& d, int device) {
     const int64_t single = scan_plan(d, device, fwd_smem, 1).cost + scan_plan(d, device, bwd_smem, 1).cost;
     const ScanPlan f = forward_scan_plan(d, device, fwd_smem, bwd_smem);
     const int64_t segmented = f.nseg == 1 ? single : f.cost + scan_plan(d, device, bwd_smem, f.nseg, true).cost;
-    if (5 * segmented >= 4 * single) len = std::max(64, (d.NC + 3) / 4);
+    if (5 * segmented >= 3 * single) len = std::max(64, (d.NC + 3) / 4);
   }
   if (len == 0 || len >= d.NC) return {d.NC, 0};
   return {len, (d.NC + len - 1) / len};
@@ -556,7 +599,7 @@ void run_pieces(const ScanPieces& p, const Dims& d, bool reverse, Device dev, cu
                 Launch&& launch, Consume&& consume) {
   const unsigned bhs = unsigned(d.B * d.HV), vt = unsigned((d.V + VS - 1) / VS);
   const Tensor start = Tensor::empty({d.B * d.HV, p.n, d.K, d.V}, DType::f32, dev);
-  const cudaStream_t side = cuda_stream(dev.index, StreamRole::scan);
+  const cudaStream_t side = cuda_stream(dev.index, StreamRole::scan, 0);
   std::vector<CudaEvent> produced(size_t(p.n)), scanned(size_t(p.n));
   auto piece = [&](int i) { return reverse ? p.n - 1 - i : i; };
   for (int i = 0; i < p.n; ++i) {

@@ -572,10 +572,7 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
         HYB_CUDA_LAUNCH_CHECK("gated_delta_rule forward_scan_kernel", grid, kScanThreads, smem);
       };
       if (pieces.n) return run_pieces<VS>(pieces, d, false, dev, stream, prepare, launch, consumed);
-      prepare(0, d.NC);
-      run_scan<VS>(plan, d, false, dev, stream, w.Phi,
-                   [&](dim3 grid, const SegmentArgs& seg) { launch(grid, seg, stream); });
-      consumed(0, d.NC);
+      run_scan<VS>(plan, d, false, dev, stream, w.Phi, prepare, launch, consumed);
     });
   });
   return w;

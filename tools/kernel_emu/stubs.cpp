@@ -18,7 +18,7 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
 namespace hyb {
 void cuda_check_failed(cudaError_t, const char* call, const char*, int) { HYB_CHECK(false, "kernel_emu: ", call); }
 void cuda_check_launch(const char*, dim3, dim3, size_t, const char*, int) {}
-cudaStream_t cuda_stream(int, StreamRole) { return nullptr; }
+cudaStream_t cuda_stream(int, StreamRole, int) { return nullptr; }
 CudaEvent::CudaEvent(bool) {}
 CudaEvent::~CudaEvent() {}
 void CudaEvent::record(cudaStream_t) {}
