@@ -358,13 +358,11 @@ size_t scan_smem_bytes(int K, int vs) {
   return bytes;
 }
 
-// HYBRID_GDN_SEGMENTS, read once: -1 unset (the model's choice), 0 one sequential scan, N >= 2 N segments.
+// HYBRID_GDN_SEGMENTS, read at every call (the tests switch it): -1 unset (the model's choice), 0 one
+// sequential scan, N >= 2 N segments.
 inline int forced_segments() {
-  static const int forced = [] {
-    const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
-    return e ? std::max(0, std::atoi(e)) : -1;
-  }();
-  return forced;
+  const char* e = std::getenv("HYBRID_GDN_SEGMENTS");
+  return e ? std::max(0, std::atoi(e)) : -1;
 }
 
 // How the forward scan (F3) and the reverse scan (stage 1) run. Both are affine in the state per chunk:
@@ -437,9 +435,8 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
 
 // The forward scan's plan, its segments chosen for both scans: the backward takes the forward's segments
 // and transitions (run_scan), so a segment count is worth the forward's steps plus the backward's without
-// Phi tiles; one scan each is worth both single scans' (or the backward's own plan's) steps. At B T =
-// 32768, H 16, K = V = 64 on the H200 this takes 4 segments at 8k, where the forward alone took 3 (1.653
-// -> 1.543 ms with 4 forced). HYBRID_GDN_SEGMENTS leaves both scans to it.
+// Phi tiles; one scan each is worth both single scans' (or the backward's own plan's) steps.
+// HYBRID_GDN_SEGMENTS leaves both scans to it.
 template <typename FwdSmemOf, typename BwdSmemOf>
 ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdSmemOf&& bwd_smem) {
   if (forced_segments() >= 0) return scan_plan(d, device, fwd_smem);
@@ -454,11 +451,15 @@ ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdS
   }
   ScanPlan best = scan_plan(d, device, fwd_smem, 1);
   int64_t best_cost = best.cost + scan_plan(d, device, bwd_smem).cost;
+  const int64_t single = best_cost;
   for (int want = 2; want <= std::min(d.NC, 64); ++want) {
     if (segment_len(d.NC, want) == 0) continue;
     const ScanPlan f = scan_plan(d, device, fwd_smem, want);
     const int64_t cost = f.cost + scan_plan(d, device, bwd_smem, want, true).cost;
-    if (cost < best_cost) best = f, best_cost = cost;
+    // The model counts steps only, and the combine and the Phi tiles cost more than theirs: at B T =
+    // 32768, K = V = 64, 4k on the H200 three segments (116 steps against the single scan's 128) ran
+    // 1.376 ms against 1.341. So segments must save a tenth of the steps.
+    if (10 * cost < 9 * single && cost < best_cost) best = f, best_cost = cost;
   }
   const std::lock_guard<std::mutex> lock(mu);
   plans.emplace(key, best);
@@ -489,8 +490,8 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
 // Runs a scan under the plan beside the per-chunk kernels around it. produce(c0, c1) queues on `stream`
 // what makes the inputs of chunks [c0, c1) (the prepare kernel; nothing in the backward),
 // launch(grid, seg, s) launches the scan kernel on stream s, consume(c0, c1) queues on `stream` what
-// reads the scan's outputs for those chunks. One scan: all three on `stream`. Segments: pass 1 of each
-// segment on its own scan stream (its rank in scan order mod kScanStreams) once the segment is produced,
+// reads the scan's outputs for those chunks. One scan, or segments of fewer than kBesideLen chunks: all
+// on `stream`, in that order. Longer segments: pass 1 of each segment on its own scan stream (its rank in scan order mod kScanStreams) once the segment is produced,
 // so the first segments' pass 1 runs beside the producer of the later ones and beside each other; the
 // combine and pass 3 on scan stream 0 once every pass 1 is done; the segment scanned first (pass 1 wrote
 // its outputs) is consumed once its pass 1 is, beside the combine and pass 3, and the rest once pass 3
@@ -498,6 +499,11 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
 // under it. phi: undefined on entry, it receives the segments' transitions (when there are segments);
 // defined, it holds the forward's, to be read transposed, and pass 1 forms none (the plan's segments
 // are its).
+// Segments shorter than this run their passes one after another on `stream`: side by side, their pass 1
+// launches (short chains, few blocks each) slowed the prepare kernel more than they hid (H200, B T =
+// 32768, K = V = 64: 29 chunks a segment at 16k, 1.497 -> 1.606 ms; 26 at 8k, 1.434 -> 1.492), while
+// NAtS-L's shape at 16k (86 chunks a segment) gained (2.586 -> 2.390).
+constexpr int kBesideLen = 64;
 template <int VS, typename Produce, typename Launch, typename Consume>
 void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Tensor& phi,
               Produce&& produce, Launch&& launch, Consume&& consume) {
@@ -515,6 +521,18 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
   if (!given) phi = Tensor::empty({d.B * d.HV, p.nseg, 2, d.K, d.K}, DType::bf16, dev);
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
   const unsigned kt = unsigned((d.K + VS - 1) / VS);
+  const SegmentArgs pass3{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()};
+  if (p.len < kBesideLen) {
+    produce(0, d.NC);
+    launch(dim3(vt + (p.nseg > 2 && !given ? kt : 0u), bhs, unsigned(p.nseg)),  // Phi: the inner segments
+           SegmentArgs{p.len, p.nseg, 0, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
+                       nullptr},
+           stream);
+    combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, stream);
+    launch(dim3(vt, bhs, unsigned(p.nseg - 1)), pass3, stream);  // every segment but the one scanned first
+    consume(0, d.NC);
+    return;
+  }
   const int first = reverse ? p.nseg - 1 : 0, last = reverse ? 0 : p.nseg - 1;
   auto chunks = [&](int s) { return std::pair{s * p.len, std::min(d.NC, (s + 1) * p.len)}; };
   const cudaStream_t chain = cuda_stream(dev.index, StreamRole::scan, 0);
@@ -537,8 +555,7 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
     ended[size_t(s)].block(chain);
   }
   combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, chain);
-  launch(dim3(vt, bhs, unsigned(p.nseg - 1)),  // every segment but the one scanned first
-         SegmentArgs{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()}, chain);
+  launch(dim3(vt, bhs, unsigned(p.nseg - 1)), pass3, chain);
   CudaEvent done;
   done.record(chain);
   ended[size_t(first)].block(stream);
@@ -564,13 +581,12 @@ struct ScanPieces {
 
 // HYBRID_GDN_PIECES, read at every call (the tests switch it): unset, the choice below; 0, no pieces; N,
 // pieces of N chunks. HYBRID_GDN_SEGMENTS (forcing the plan's segment count) turns pieces off.
-// The choice: pieces at 128 chunks or more where the plan's segments shorten the two scans' critical
-// path (scan_plan's model) by less than two fifths, in pieces of at least 64 chunks. Each piece costs a
-// scan launch that waits for blocks of the per-chunk kernels to leave room, and beside them a scan step
-// is slower, so pieces lose where segments cut the path much and win where they do not (H200, B T =
-// 32768, docs/performance.md: K = V = 64, cut by 45% at 8k and 68% at 16k, 1.434 -> 1.611 and 1.497 ->
-// 1.806 ms in pieces of 64 chunks; the NAtS-L shape, cut by 0% at 8k and 32% at 16k, 2.234 -> 2.069 and
-// 2.586 -> 2.475 ms); shorter pieces were slower at every shape.
+// The choice: pieces of at least 64 chunks where the plan is one scan of 128 chunks or more. Each piece
+// costs a scan launch that waits for blocks of the per-chunk kernels to leave room, and beside them a
+// scan step is slower, so pieces lose to the plan's segments (H200, B T = 32768, docs/performance.md:
+// K = V = 64 at 8k and 16k, 1.434 -> 1.611 and 1.497 -> 1.806 ms in pieces of 64 chunks; NAtS-L's shape
+// at 16k, 2.390 -> 2.454) and win over one long scan (NAtS-L's shape at 8k, 2.222 -> 2.067); shorter
+// pieces were slower at every shape.
 inline ScanPieces scan_pieces(const Dims& d, int device) {
   int len = 0;
   if (const char* e = std::getenv("HYBRID_GDN_PIECES")) {
@@ -578,10 +594,7 @@ inline ScanPieces scan_pieces(const Dims& d, int device) {
   } else if (forced_segments() < 0 && d.NC >= 128) {
     auto fwd_smem = [&](int vs) { return forward_scan_smem(d.K, vs); };
     auto bwd_smem = [&](int vs) { return backward_scan_smem(d.K, vs); };
-    const int64_t single = scan_plan(d, device, fwd_smem, 1).cost + scan_plan(d, device, bwd_smem, 1).cost;
-    const ScanPlan f = forward_scan_plan(d, device, fwd_smem, bwd_smem);
-    const int64_t segmented = f.nseg == 1 ? single : f.cost + scan_plan(d, device, bwd_smem, f.nseg, true).cost;
-    if (5 * segmented >= 3 * single) len = std::max(64, (d.NC + 3) / 4);
+    if (forward_scan_plan(d, device, fwd_smem, bwd_smem).nseg == 1) len = std::max(64, (d.NC + 3) / 4);
   }
   if (len == 0 || len >= d.NC) return {d.NC, 0};
   return {len, (d.NC + len - 1) / len};

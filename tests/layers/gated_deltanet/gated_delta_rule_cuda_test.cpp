@@ -170,6 +170,31 @@ TEST_CASE("gated_delta_rule bf16 on cuda in pieces beside the per-chunk kernels 
   }
 }
 
+TEST_CASE("gated_delta_rule bf16 on cuda with long segments runs their first passes beside the prepare kernel and "
+          "matches the recurrent cpu reference",
+          "[gated_delta_rule][gpu]") {
+  // Segments of kBesideLen chunks or more (run_scan): pass 1 of each segment on its own scan stream once
+  // its chunks are prepared, the combine and pass 3 on scan stream 0, the segment scanned first consumed
+  // beside them. Forced segment counts: 2 segments of 66 chunks (the last of 65, ending in a partial
+  // chunk), and 3 of 64 with K 128, V 256 (NAtS-L's head shape, Phi over two column tiles).
+  struct Case {
+    int64_t B, T, H, HV, K, V;
+    const char* segments;
+  };
+  for (const Case& c : {Case{1, 64 * 130 + 37, 2, 2, 64, 64, "2"}, Case{1, 64 * 192, 1, 2, 128, 256, "3"}}) {
+    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                         << " in " << c.segments << " segments") {
+      const ScopedEnv segments("HYBRID_GDN_SEGMENTS", c.segments);
+      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, true, false, 43, -0.05, -0.001);
+      ParityOptions opt;
+      opt.f32 = false;
+      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, true); }, in, opt);
+      INFO(r.report);
+      REQUIRE(r.ok);
+    }
+  }
+}
+
 TEST_CASE("gated_delta_rule bf16 on cuda: the backward from the forward's kept chunk scratch equals the one that "
           "rebuilds it",
           "[gated_delta_rule][gpu]") {
