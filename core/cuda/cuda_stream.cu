@@ -45,7 +45,8 @@ cudaStream_t cuda_stream(int device, StreamRole role, int index) {
 
 void cuda_synchronize(int device) {
   for (int r = 0; r < 2; ++r) HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole(r))));
-  for (int i = 0; i < kScanStreams; ++i) HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole::scan, i)));
+  for (int i = 0; i < kScanStreams; ++i)
+    HYB_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(device, StreamRole::scan, i)));
 }
 
 CudaEvent::CudaEvent(bool timing) {

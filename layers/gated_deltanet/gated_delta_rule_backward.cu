@@ -73,8 +73,8 @@ struct BackwardScanArgs {
   float scale;
 };
 
-// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments from seg.first), kScanThreads (warps as kScanThreads says;
-// at VS = 16 the upper four also form their column half of P); smem BackwardScanSmem<KT, VS>
+// Grid (ceil(V / VS) [+ ceil(K / VS) in pass 1], B HV, segments from seg.first), kScanThreads (warps as
+// kScanThreads says; at VS = 16 the upper four also form their column half of P); smem BackwardScanSmem<KT, VS>
 // (110 KiB at KT = VS = 64). Per chunk of the block's segment, last to first, with D = D_c:
 //   dU = kd .* (K @ D) + P^T @ dO                  warp w: token rows [16w, 16w + 16), VS columns
 //   D  = gam_n D + Q^T @ (scale gam .* dO) + W^T @ (-dU)   warp w: KT / 4 state rows

@@ -491,8 +491,9 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
 // what makes the inputs of chunks [c0, c1) (the prepare kernel; nothing in the backward),
 // launch(grid, seg, s) launches the scan kernel on stream s, consume(c0, c1) queues on `stream` what
 // reads the scan's outputs for those chunks. One scan, or segments of fewer than kBesideLen chunks: all
-// on `stream`, in that order. Longer segments: pass 1 of each segment on its own scan stream (its rank in scan order mod kScanStreams) once the segment is produced,
-// so the first segments' pass 1 runs beside the producer of the later ones and beside each other; the
+// on `stream`, in that order. Longer segments: pass 1 of each segment on its own scan stream (its rank
+// in scan order mod kScanStreams) once the segment is produced, so the first segments' pass 1 runs
+// beside the producer of the later ones and beside each other; the
 // combine and pass 3 on scan stream 0 once every pass 1 is done; the segment scanned first (pass 1 wrote
 // its outputs) is consumed once its pass 1 is, beside the combine and pass 3, and the rest once pass 3
 // is. On return `stream` has waited for all of it, so scratch freed afterwards is not handed out again

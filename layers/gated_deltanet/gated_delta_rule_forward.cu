@@ -429,8 +429,9 @@ struct ForwardOutputArgs {
   float scale;
 };
 
-// Grid (chunks, B HV), kThreads, chunk c0 + blockIdx.x; smem ForwardOutputSmem<KT> (37 KiB at KT = 64). Warp w owns token rows
-// [16w, 16w + 16) of every product; P stays in shared memory across the 64-column V tiles.
+// Grid (chunks, B HV), kThreads, chunk c0 + blockIdx.x; smem ForwardOutputSmem<KT> (37 KiB at KT = 64).
+// Warp w owns token rows [16w, 16w + 16) of every product; P stays in shared memory across the 64-column
+// V tiles.
 template <int KT>
 __global__ void __launch_bounds__(kThreads) forward_output_kernel(ForwardOutputArgs a, Dims d, int c0) {
   using L = ForwardOutputSmem<KT>;

@@ -143,31 +143,42 @@ TEST_CASE("gated_delta_rule bf16 on cuda with few heads and long sequences runs 
   }
 }
 
+namespace {
+
+// A shape with one of the scan switches (read at every call) set to `value`.
+struct SwitchCase {
+  int64_t B, T, H, HV, K, V;
+  const char* value;
+};
+
+// Parity with `var` set as the case says, on weak decays and an initial state, so that a wrong state
+// handed between pieces or segments shows far downstream.
+void parity_under(const char* var, const SwitchCase& c, uint64_t seed) {
+  DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
+                       << " " << var << "=" << c.value) {
+    const ScopedEnv scoped(var, c.value);
+    const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, true, false, seed, -0.05, -0.001);
+    ParityOptions opt;
+    opt.f32 = false;
+    auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, true); }, in, opt);
+    INFO(r.report);
+    REQUIRE(r.ok);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("gated_delta_rule bf16 on cuda in pieces beside the per-chunk kernels matches the recurrent cpu reference",
           "[gated_delta_rule][gpu]") {
-  // run_pieces (gated_delta_rule_cuda.cuh): the scans in pieces on the scan stream, each piece's state
+  // run_pieces (gated_delta_rule_cuda.cuh): the scans in pieces on a scan stream, each piece's state
   // handed to the next through memory, prepare and output (forward) and the intra-chunk backward in
   // pieces on the compute stream. Piece lengths that divide the chunks and ones that leave a short last
-  // piece, and one chunk a piece (every start handed over); weak decays, so a wrong hand-over shows far
-  // downstream.
-  struct Case {
-    int64_t B, T, H, HV, K, V;
-    const char* pieces;
-  };
-  for (const Case& c : {Case{1, 4096 + 37, 2, 2, 64, 64, "9"}, Case{1, 4096 + 37, 2, 2, 64, 64, "1"},
-                        Case{1, 4096 + 37, 2, 2, 64, 64, "7"}, Case{1, 4096 + 37, 6, 6, 128, 256, "13"},
-                        Case{1, 64 * 40, 1, 2, 64, 64, "10"}, Case{2, 1600, 1, 2, 32, 24, "3"}}) {
-    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
-                         << " pieces of " << c.pieces) {
-      const ScopedEnv pieces("HYBRID_GDN_PIECES", c.pieces);
-      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, true, false, 37, -0.05, -0.001);
-      ParityOptions opt;
-      opt.f32 = false;
-      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, true); }, in, opt);
-      INFO(r.report);
-      REQUIRE(r.ok);
-    }
-  }
+  // piece, and one chunk a piece (every start handed over).
+  for (const SwitchCase& c :
+       {SwitchCase{1, 4096 + 37, 2, 2, 64, 64, "9"}, SwitchCase{1, 4096 + 37, 2, 2, 64, 64, "1"},
+        SwitchCase{1, 4096 + 37, 2, 2, 64, 64, "7"}, SwitchCase{1, 4096 + 37, 6, 6, 128, 256, "13"},
+        SwitchCase{1, 64 * 40, 1, 2, 64, 64, "10"}, SwitchCase{2, 1600, 1, 2, 32, 24, "3"}})
+    parity_under("HYBRID_GDN_PIECES", c, 37);
 }
 
 TEST_CASE("gated_delta_rule bf16 on cuda with long segments runs their first passes beside the prepare kernel and "
@@ -177,22 +188,9 @@ TEST_CASE("gated_delta_rule bf16 on cuda with long segments runs their first pas
   // its chunks are prepared, the combine and pass 3 on scan stream 0, the segment scanned first consumed
   // beside them. Forced segment counts: 2 segments of 66 chunks (the last of 65, ending in a partial
   // chunk), and 3 of 64 with K 128, V 256 (NAtS-L's head shape, Phi over two column tiles).
-  struct Case {
-    int64_t B, T, H, HV, K, V;
-    const char* segments;
-  };
-  for (const Case& c : {Case{1, 64 * 130 + 37, 2, 2, 64, 64, "2"}, Case{1, 64 * 192, 1, 2, 128, 256, "3"}}) {
-    DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
-                         << " in " << c.segments << " segments") {
-      const ScopedEnv segments("HYBRID_GDN_SEGMENTS", c.segments);
-      const std::vector<Tensor> in = delta_inputs(c.B, c.T, c.H, c.HV, c.K, c.V, true, false, 43, -0.05, -0.001);
-      ParityOptions opt;
-      opt.f32 = false;
-      auto r = cuda_parity([&](const std::vector<Var>& x) { return delta_outputs(x, true); }, in, opt);
-      INFO(r.report);
-      REQUIRE(r.ok);
-    }
-  }
+  for (const SwitchCase& c :
+       {SwitchCase{1, 64 * 130 + 37, 2, 2, 64, 64, "2"}, SwitchCase{1, 64 * 192, 1, 2, 128, 256, "3"}})
+    parity_under("HYBRID_GDN_SEGMENTS", c, 43);
 }
 
 TEST_CASE("gated_delta_rule bf16 on cuda: the backward from the forward's kept chunk scratch equals the one that "
