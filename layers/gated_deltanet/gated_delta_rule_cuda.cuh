@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/cuda_stream.h"
@@ -489,19 +490,20 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
 // Runs a scan under the plan beside the per-chunk kernels around it. produce(c0, c1) queues on `stream`
 // what makes the inputs of chunks [c0, c1) (the prepare kernel; nothing in the backward),
 // launch(grid, seg, s) launches the scan kernel on stream s, consume(c0, c1) queues on `stream` what
-// reads the scan's outputs for those chunks. One scan: all three on `stream`. Segments: in groups, in
-// scan order, pass 1 of a group's segments in one launch on its own scan stream once the group is
-// produced, so pass 1 of the first groups runs beside the producer of the later ones; the combine and
-// pass 3 on scan stream 0 once every pass 1 is done; the segment scanned first (pass 1 wrote its
-// outputs) is consumed once its group's pass 1 is, beside the combine and pass 3, and the rest once
-// pass 3 is. On return `stream` has waited for all of it, so scratch freed afterwards is not handed
-// out again under it. phi: undefined on entry, it receives the segments' transitions (when there are
-// segments); defined, it holds the forward's, to be read transposed, and pass 1 forms none (the plan's
-// segments are its).
-// A group is one segment from kBesideLen chunks up, else half the segments: short segments one launch
-// each (short chains, few blocks) slowed the prepare kernel more than they hid (H200, B T = 32768,
-// K = V = 64: 29 chunks a segment at 16k, 1.497 -> 1.606 ms; 26 at 8k, 1.434 -> 1.492), while NAtS-L's
-// shape at 16k (86 chunks a segment) gained (2.586 -> 2.390).
+// reads the scan's outputs for those chunks. One scan, or segments of fewer than kBesideLen chunks: all
+// on `stream`, in that order. Longer segments: pass 1 of each segment on its own scan stream (its rank
+// in scan order mod kScanStreams) once the segment is produced, so the first segments' pass 1 runs
+// beside the producer of the later ones and beside each other; the
+// combine and pass 3 on scan stream 0 once every pass 1 is done; the segment scanned first (pass 1 wrote
+// its outputs) is consumed once its pass 1 is, beside the combine and pass 3, and the rest once pass 3
+// is. On return `stream` has waited for all of it, so scratch freed afterwards is not handed out again
+// under it. phi: undefined on entry, it receives the segments' transitions (when there are segments);
+// defined, it holds the forward's, to be read transposed, and pass 1 forms none (the plan's segments
+// are its).
+// Segments shorter than this run their passes one after another on `stream`: side by side, their pass 1
+// launches (short chains, few blocks each) slowed the prepare kernel more than they hid (H200, B T =
+// 32768, K = V = 64: 29 chunks a segment at 16k, 1.497 -> 1.606 ms; 26 at 8k, 1.434 -> 1.492), while
+// NAtS-L's shape at 16k (86 chunks a segment) gained (2.586 -> 2.390).
 constexpr int kBesideLen = 64;
 template <int VS, typename Produce, typename Launch, typename Consume>
 void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Tensor& phi,
@@ -520,41 +522,49 @@ void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaSt
   if (!given) phi = Tensor::empty({d.B * d.HV, p.nseg, 2, d.K, d.K}, DType::bf16, dev);
   const Tensor start = Tensor::empty({d.B * d.HV, p.nseg, d.K, d.V}, DType::f32, dev);
   const unsigned kt = unsigned((d.K + VS - 1) / VS);
+  const SegmentArgs pass3{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()};
+  if (p.len < kBesideLen) {
+    produce(0, d.NC);
+    launch(dim3(vt + (p.nseg > 2 && !given ? kt : 0u), bhs, unsigned(p.nseg)),  // Phi: the inner segments
+           SegmentArgs{p.len, p.nseg, 0, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
+                       nullptr},
+           stream);
+    combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, stream);
+    launch(dim3(vt, bhs, unsigned(p.nseg - 1)), pass3, stream);  // every segment but the one scanned first
+    consume(0, d.NC);
+    return;
+  }
   const int first = reverse ? p.nseg - 1 : 0, last = reverse ? 0 : p.nseg - 1;
-  // Groups of segments in scan order, each produced, then scanned in pass 1 by one launch.
-  const int groups = p.len >= kBesideLen ? p.nseg : std::min(p.nseg, 2), per = (p.nseg + groups - 1) / groups;
+  auto chunks = [&](int s) { return std::pair{s * p.len, std::min(d.NC, (s + 1) * p.len)}; };
   const cudaStream_t chain = cuda_stream(dev.index, StreamRole::scan, 0);
-  std::vector<CudaEvent> produced(static_cast<size_t>(groups)), ended(static_cast<size_t>(groups));
-  for (int gi = 0; gi < groups; ++gi) {  // group gi: segments [s0, s1)
-    const int s0 = reverse ? std::max(0, p.nseg - (gi + 1) * per) : gi * per;
-    const int s1 = reverse ? p.nseg - gi * per : std::min(p.nseg, (gi + 1) * per);
-    produce(s0 * p.len, std::min(d.NC, s1 * p.len));
-    produced[size_t(gi)].record(stream);
-    produced[size_t(gi)].block(chain);  // pass 3 reads every segment
-    // Pass 1 skips the segment scanned last (its end is not needed); Phi tiles where an inner one is.
-    const int a = s0 + (s0 == last), b = s1 - (s1 - 1 == last);
-    if (a >= b) continue;
-    const bool inner = !given && b - a > int(a == first || b - 1 == first);
-    const cudaStream_t side = cuda_stream(dev.index, StreamRole::scan, gi % kScanStreams);
-    produced[size_t(gi)].block(side);
-    launch(dim3(vt + (inner ? kt : 0u), bhs, unsigned(b - a)),
-           SegmentArgs{p.len, p.nseg, a, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
+  std::vector<CudaEvent> produced(size_t(p.nseg)), ended(size_t(p.nseg));
+  for (int i = 0; i < p.nseg; ++i) {
+    const int s = reverse ? p.nseg - 1 - i : i;
+    const auto [c0, c1] = chunks(s);
+    produce(c0, c1);
+    produced[size_t(s)].record(stream);
+    produced[size_t(s)].block(chain);  // pass 3 reads every segment
+    if (s == last) continue;           // its end is not needed: no pass 1
+    const cudaStream_t side = cuda_stream(dev.index, StreamRole::scan, i % kScanStreams);
+    produced[size_t(s)].block(side);
+    const unsigned x = vt + (s != first && !given ? kt : 0u);  // Phi column tiles: the inner segments
+    launch(dim3(x, bhs, 1),
+           SegmentArgs{p.len, p.nseg, s, true, false, end.data<float>(), given ? nullptr : chunk_mma::bp_mut(phi),
                        nullptr},
            side);
-    ended[size_t(gi)].record(side);
-    ended[size_t(gi)].block(chain);
+    ended[size_t(s)].record(side);
+    ended[size_t(s)].block(chain);
   }
   combine_segments(p, d, end.data<float>(), chunk_mma::bp(phi), start.data<float>(), reverse, given, chain);
-  launch(dim3(vt, bhs, unsigned(p.nseg - 1)),  // every segment but the one scanned first
-         SegmentArgs{p.len, p.nseg, reverse ? 0 : 1, false, false, nullptr, nullptr, start.data<float>()}, chain);
+  launch(dim3(vt, bhs, unsigned(p.nseg - 1)), pass3, chain);
   CudaEvent done;
   done.record(chain);
-  ended[0].block(stream);  // group 0 holds the segment scanned first
-  const int f0 = first * p.len, f1 = std::min(d.NC, f0 + p.len);
+  ended[size_t(first)].block(stream);
+  const auto [f0, f1] = chunks(first);
   consume(f0, f1);
   done.block(stream);
   if (reverse)
-    consume(0, f0);
+    consume(0, first * p.len);
   else
     consume(f1, d.NC);
 }
