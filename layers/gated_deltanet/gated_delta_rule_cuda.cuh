@@ -493,17 +493,17 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
 // reads the scan's outputs for those chunks. One scan, or segments of fewer than kBesideLen chunks: all
 // on `stream`, in that order. Longer segments: pass 1 of each segment on its own scan stream (its rank
 // in scan order mod kScanStreams) once the segment is produced, so the first segments' pass 1 runs
-// beside the producer of the later ones and beside each other; the
-// combine and pass 3 on scan stream 0 once every pass 1 is done; the segment scanned first (pass 1 wrote
-// its outputs) is consumed once its pass 1 is, beside the combine and pass 3, and the rest once pass 3
-// is. On return `stream` has waited for all of it, so scratch freed afterwards is not handed out again
-// under it. phi: undefined on entry, it receives the segments' transitions (when there are segments);
-// defined, it holds the forward's, to be read transposed, and pass 1 forms none (the plan's segments
-// are its).
+// beside the producer of the later ones and beside each other; the combine and pass 3 on scan stream 0
+// once every pass 1 is done; the segment scanned first (pass 1 wrote its outputs) is consumed once its
+// pass 1 is, beside the combine and pass 3, and the rest once pass 3 is. On return `stream` has waited
+// for all of it, so scratch freed afterwards is not handed out again under it. phi: undefined on entry,
+// it receives the segments' transitions (when there are segments); defined, it holds the forward's, to
+// be read transposed, and pass 1 forms none (the plan's segments are its).
 // Segments shorter than this run their passes one after another on `stream`: side by side, their pass 1
 // launches (short chains, few blocks each) slowed the prepare kernel more than they hid (H200, B T =
-// 32768, K = V = 64: 29 chunks a segment at 16k, 1.497 -> 1.606 ms; 26 at 8k, 1.434 -> 1.492), while
-// NAtS-L's shape at 16k (86 chunks a segment) gained (2.586 -> 2.390).
+// 32768, K = V = 64: 29 chunks a segment at 16k, 1.497 -> 1.606 ms; 26 at 8k, 1.434 -> 1.492; in two
+// groups of segments, one launch each, 1.522 and 1.470), while NAtS-L's shape at 16k (86 chunks a
+// segment) gained (2.586 -> 2.390).
 constexpr int kBesideLen = 64;
 template <int VS, typename Produce, typename Launch, typename Consume>
 void run_scan(const ScanPlan& p, const Dims& d, bool reverse, Device dev, cudaStream_t stream, Tensor& phi,
