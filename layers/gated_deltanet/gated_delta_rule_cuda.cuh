@@ -433,12 +433,17 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
   return best;
 }
 
+// The scans' shared memory at column tile vs, as scan_plan weighs it.
+size_t forward_scan_smem(int K, int vs);
+size_t backward_scan_smem(int K, int vs);
+
 // The forward scan's plan, its segments chosen for both scans: the backward takes the forward's segments
 // and transitions (run_scan), so a segment count is worth the forward's steps plus the backward's without
 // Phi tiles; one scan each is worth both single scans' (or the backward's own plan's) steps.
 // HYBRID_GDN_SEGMENTS leaves both scans to it.
-template <typename FwdSmemOf, typename BwdSmemOf>
-ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdSmemOf&& bwd_smem) {
+inline ScanPlan forward_scan_plan(const Dims& d, int device) {
+  auto fwd_smem = [&](int vs) { return forward_scan_smem(d.K, vs); };
+  auto bwd_smem = [&](int vs) { return backward_scan_smem(d.K, vs); };
   if (forced_segments() >= 0) return scan_plan(d, device, fwd_smem);
   // The search below runs scan_plan up to ~130 times, and a layer's shape comes back every step: the plan
   // is kept per shape (the shared memory weighed depends on K alone).
@@ -465,10 +470,6 @@ ScanPlan forward_scan_plan(const Dims& d, int device, FwdSmemOf&& fwd_smem, BwdS
   plans.emplace(key, best);
   return best;
 }
-
-// The scans' shared memory at column tile vs (forward_scan_plan weighs the backward's steps).
-size_t forward_scan_smem(int K, int vs);
-size_t backward_scan_smem(int K, int vs);
 
 // What a scan kernel's block reads of the plan. The block's segment is first + blockIdx.z of nseg.
 struct SegmentArgs {
@@ -593,9 +594,7 @@ inline ScanPieces scan_pieces(const Dims& d, int device) {
   if (const char* e = std::getenv("HYBRID_GDN_PIECES")) {
     len = std::max(0, std::atoi(e));
   } else if (forced_segments() < 0 && d.NC >= 128) {
-    auto fwd_smem = [&](int vs) { return forward_scan_smem(d.K, vs); };
-    auto bwd_smem = [&](int vs) { return backward_scan_smem(d.K, vs); };
-    if (forward_scan_plan(d, device, fwd_smem, bwd_smem).nseg == 1) len = std::max(64, (d.NC + 3) / 4);
+    if (forward_scan_plan(d, device).nseg == 1) len = std::max(64, (d.NC + 3) / 4);
   }
   if (len == 0 || len >= d.NC) return {d.NC, 0};
   return {len, (d.NC + len - 1) / len};

@@ -541,10 +541,9 @@ WyScratch run_wy(const Tensor& k, const Tensor& v, const Tensor& beta, const Ten
   const ScanPieces pieces = scan_pieces(d, dev.index);
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    auto fwd_smem = [&](int vs) { return forward_scan_smem(d.K, vs); };
-    const ScanPlan plan = pieces.n ? scan_plan(d, dev.index, fwd_smem, 1)
-                                   : forward_scan_plan(d, dev.index, fwd_smem,
-                                                       [&](int vs) { return backward_scan_smem(d.K, vs); });
+    const ScanPlan plan =
+        pieces.n ? scan_plan(d, dev.index, [&](int vs) { return forward_scan_smem(d.K, vs); }, 1)
+                 : forward_scan_plan(d, dev.index);
     auto prepare = [&](int c0, int c1) {
       const size_t smem = WyPrepareSmem<KT>::kBytes;
       set_smem(wy_prepare_kernel<KT>, smem);
