@@ -233,9 +233,14 @@ struct IntraChunkSmem {
   // Phase 1, the solve: f32 M and X [64][kLdF], the block scratch.
   static constexpr size_t kM = kR, kX = kM + size_t(kC) * kLdF * 4, kT = kX + size_t(kC) * kLdF * 4;
   static constexpr size_t kSolveEnd = kT + size_t(kSolveScratch) * 4;
-  // Phase 2, the V tiles: bf16 dO, U, dU, V [64][kLd64], S_c and D_c [KT][kLd64].
+  // Phase 2, the V tiles: bf16 dO, U, dU, V [64][kLd64], S_c and D_c [KT][kLd64], + b kVBuf in buffer b.
+  // At KT = 128 the block is alone on its SM (it needs more than half the shared memory), so nothing
+  // else hides a V tile's load: the next tiles are copied into a second buffer while these are used.
+  // At KT = 64 two blocks share an SM and the second buffer would take that away.
+  static constexpr int kVBufs = KT == 128 ? 2 : 1;
   static constexpr size_t kDO = kR, kU = kDO + kTile, kdU = kU + kTile, kV = kdU + kTile, kS = kV + kTile;
-  static constexpr size_t kD = kS + size_t(KT) * kLd64 * 2, kVEnd = kD + size_t(KT) * kLd64 * 2;
+  static constexpr size_t kD = kS + size_t(KT) * kLd64 * 2, kVBuf = kD + size_t(KT) * kLd64 * 2 - kDO;
+  static constexpr size_t kVEnd = kDO + kVBufs * kVBuf;
   // Phase 3, after the V tiles: bf16 dW [64][KT + 8], dA (then R) and T1 [64][kLd64].
   static constexpr size_t kdW = kR, kdA = kdW + kKTile, kT1 = kdA + kTile, kPostEnd = kT1 + kTile;
   static constexpr size_t kVec = std::max({kSolveEnd, kVEnd, kPostEnd});
@@ -288,7 +293,7 @@ __device__ __forceinline__ void copy_tile(bf16x* dst, const bf16x* src, int64_t 
 }
 
 // Grid (chunks, B HV), kIntraChunkThreads, chunk c0 + blockIdx.x; smem IntraChunkSmem<KT> (111 KiB at KT = 64: two
-// blocks per SM). With S = S_c,
+// blocks per SM; 217 KiB at KT = 128, with the V tiles double-buffered). With S = S_c,
 // D = D_c, U, dU of the chunk (4.4 stages 2, 3):
 //   pass 1 over 64-column V tiles: dP = scale (dO @ U^T) .* L, dU @ V^T, X2 = Ainv^T @ dU (dV = beta .* X2,
 //          rowdot(V, X2));  pass 2: dO @ S^T, U @ D^T, dU @ S^T, <S, D>;
@@ -310,8 +315,12 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   auto tile = [&](size_t off) { return reinterpret_cast<bf16x*>(smem + off); };
   bf16x *sQ = tile(L::kQ), *sK = tile(L::kK), *sAhi = tile(L::kAhi), *sAlo = tile(L::kAlo), *sdP = tile(L::kdP),
         *sAv = tile(L::kAv);
-  bf16x *sDO = tile(L::kDO), *sU = tile(L::kU), *sdU = tile(L::kdU), *sV = tile(L::kV), *sS = tile(L::kS),
-        *sD = tile(L::kD);
+  bf16x *sDO, *sU, *sdU, *sV, *sS, *sD;  // the V tiles of the step at hand (use_vbuf)
+  auto use_vbuf = [&](int b) {
+    const size_t o = b * L::kVBuf;
+    sDO = tile(L::kDO + o), sU = tile(L::kU + o), sdU = tile(L::kdU + o), sV = tile(L::kV + o), sS = tile(L::kS + o);
+    sD = tile(L::kD + o);
+  };
   bf16x *sdW = tile(L::kdW), *sdA = tile(L::kdA), *sT1 = tile(L::kT1);
   float* sM = reinterpret_cast<float*>(smem + L::kM);
   float* sX = reinterpret_cast<float*>(smem + L::kX);
@@ -333,10 +342,13 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   const bf16x *Uc = a.U + z * kC * d.V, *dUc = a.dU + z * kC * d.V;
   const bf16x *Sc = a.S + z * d.K * d.V, *Dc = a.D + z * d.K * d.V;
 
-  // Every tile copy is asynchronous (copy_tile): a kernel's loads are in flight together.
-  const int VN = (d.V + 63) / 64;
-  auto load_vtiles = [&](int v0, bool pass1) {
-    const int cols = d.V - v0;
+  // Every tile copy is asynchronous (copy_tile): a kernel's loads are in flight together. The V tiles
+  // come in steps: pass 1's VN column tiles, then pass 2's (with VN = 1 one load serves both passes).
+  const int VN = (d.V + 63) / 64, nsteps = VN > 1 ? 2 * VN : 1;
+  auto load_step = [&](int step) {
+    use_vbuf(step % L::kVBufs);
+    const bool pass1 = step < VN;
+    const int v0 = (step % VN) * 64, cols = d.V - v0;
     copy_tile<kC, 64>(sDO, a.dout + v_off + v0, v_row, t0, d.T, cols);
     copy_tile<kC, 64>(sU, Uc + v0, d.V, 0, kC, cols);
     copy_tile<kC, 64>(sdU, dUc + v0, d.V, 0, kC, cols);
@@ -357,7 +369,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   flash::cp_async_commit();
   // With Ainv given there is no solve, so the first V tiles need not wait for its scratch.
   const bool early_vtiles = a.Ainv != nullptr;
-  if (early_vtiles) load_vtiles(0, true);
+  if (early_vtiles) load_step(0);
   if (warp == 0) chunk_gates(a.g + gate_off, a.beta + gate_off, d.HV, t0, d.T, sG, sGam, sKd, sBeta, sBg, lane);
   flash::cp_async_wait<0>();
   __syncthreads();
@@ -367,6 +379,22 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
       split_bf16(sX[(e / kC) * kLdF + e % kC], sAhi[(e / kC) * kLd64 + e % kC], sAlo[(e / kC) * kLd64 + e % kC]);
   }
   __syncthreads();  // Ainv ready; the solve's scratch is free for the V tiles
+  // Makes step's tiles visible to every warp and points the tile pointers at them. With two buffers the
+  // next step's copy starts here, into the buffer the previous step used: the barrier has just seen
+  // every warp leave it.
+  auto begin_step = [&](int step) {
+    if (step == 0 && !early_vtiles) load_step(0);
+    if (L::kVBufs == 1 && step > 0) {
+      __syncthreads();  // every warp is done with the previous tiles
+      load_step(step);
+    }
+    if (step > 0 || !early_vtiles) {
+      flash::cp_async_wait<0>();
+      __syncthreads();
+    }
+    if (L::kVBufs == 2 && step + 1 < nsteps) load_step(step + 1);
+    use_vbuf(step % L::kVBufs);
+  };
   float rowB[2] = {0.f, 0.f}, rowG[2] = {0.f, 0.f};  // this warp's parts of dbeta, dG for rows r0, r0 + 8
   // Causal skips, the same bits: products whose 64-wide output the mask (j <= i or j < i) zeroes for
   // every row of the warp are not formed (`live`), and products with dP, P or the unit lower Ainv^T
@@ -377,12 +405,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   zero(accP);
   zero(accAv);
   for (int v0 = 0; v0 < d.V; v0 += 64) {
-    if (v0 || !early_vtiles) {
-      if (v0) __syncthreads();  // every warp is done with the previous tiles
-      load_vtiles(v0, true);
-      flash::cp_async_wait<0>();
-      __syncthreads();
-    }
+    begin_step(v0 / 64);
     if (live) {
       warp_mma<1, 4, kC, false, true>(accP, sDO, kLd64, m0, sU, kLd64, n0, lane);
       warp_mma<1, 4, kC, false, true>(accAv, sdU, kLd64, m0, sV, kLd64, n0, lane);
@@ -424,12 +447,7 @@ __global__ void __launch_bounds__(kIntraChunkThreads, KT == 64 ? 2 : 1)
   zero(accW);
   float inner = 0.f;  // this thread's part of <S_{c+1}, D_c>
   for (int v0 = 0; v0 < d.V; v0 += 64) {
-    if (VN > 1) {
-      __syncthreads();
-      load_vtiles(v0, false);
-      flash::cp_async_wait<0>();
-      __syncthreads();
-    }
+    if (VN > 1) begin_step(VN + v0 / 64);
     warp_mma<1, NTK, kC, false, true>(accQ, sDO, kLd64, m0, sS, kLd64, k0, lane);
     warp_mma<1, NTK, kC, false, true>(accK, sU, kLd64, m0, sD, kLd64, k0, lane);
     warp_mma<1, NTK, kC, false, true>(accW, sdU, kLd64, m0, sS, kLd64, k0, lane);
@@ -626,7 +644,7 @@ size_t backward_smem_max(int K) {
   visit_kt(K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     need = std::max({BackwardScanSmem<KT, 16>::kBytes, BackwardScanSmem<KT, 32>::kBytes,
-                     BackwardScanSmem<KT, 64>::kBytes, IntraChunkSmem<KT>::kBytes});
+                     BackwardScanSmem<KT, 64>::kBytes, BackwardScanSmem<KT, 128>::kBytes, IntraChunkSmem<KT>::kBytes});
   });
   return need;
 }

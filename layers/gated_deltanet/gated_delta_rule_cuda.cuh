@@ -340,12 +340,17 @@ void visit_kt(int K, F&& f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-// Calls f with a scan's column tile VS (ScanPlan::vs).
-template <typename F>
+// Calls f with a scan's column tile VS (ScanPlan::vs), or kMax where vs is wider (the wider tiles are then
+// not instantiated).
+template <int kMax = 128, typename F>
 void visit_vs(int vs, F&& f) {
   if (vs == 16) return f(std::integral_constant<int, 16>{});
   if (vs == 32) return f(std::integral_constant<int, 32>{});
-  return f(std::integral_constant<int, 64>{});
+  if constexpr (kMax == 64) return f(std::integral_constant<int, 64>{});
+  if constexpr (kMax == 128) {
+    if (vs == 64) return f(std::integral_constant<int, 64>{});
+    return f(std::integral_constant<int, 128>{});
+  }
 }
 
 // Smem<KT, VS>::kBytes at head dim K and column tile vs: a scan's shared memory, as scan_plan weighs it.
@@ -408,7 +413,7 @@ ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg =
   ScanPlan best{64, 1, d.NC, -1};
   int64_t best_blocks = 0;
   bool best_fits = false;
-  for (int vs : {16, 32, 64}) {
+  for (int vs : {16, 32, 64, 128}) {
     const int64_t slots = sms * std::max<int64_t>(1, smem_sm / int64_t(smem_of(vs) + 1024));  // 1 KiB per block
     const int64_t vt = (d.V + vs - 1) / vs, kt = (d.K + vs - 1) / vs;
     auto waves = [&](int64_t blocks) { return (blocks + slots - 1) / slots; };

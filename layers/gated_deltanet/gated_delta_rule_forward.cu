@@ -505,7 +505,9 @@ void combine_segments(const ScanPlan& p, const Dims& d, const float* end, const 
                       bool transposed, cudaStream_t stream) {
   visit_kt(d.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    visit_vs(p.vs, [&](auto vt) {
+    // The combine's column tiles are its own (it reads and writes whole states); past 64 columns its
+    // running start would not fit the registers of a 4-warp block.
+    visit_vs<64>(p.vs, [&](auto vt) {
       constexpr int VS = decltype(vt)::value;
       const size_t smem = SegmentCombineSmem<KT, VS>::kBytes;
       set_smem(segment_combine_kernel<KT, VS>, smem);
@@ -525,7 +527,8 @@ size_t forward_smem_max(int K) {
     constexpr int KT = decltype(kt)::value;
     need =
         std::max({WyPrepareSmem<KT>::kBytes, ForwardScanSmem<KT, 16>::kBytes, ForwardScanSmem<KT, 32>::kBytes,
-                  ForwardScanSmem<KT, 64>::kBytes, ForwardOutputSmem<KT>::kBytes, SegmentCombineSmem<KT, 64>::kBytes});
+                  ForwardScanSmem<KT, 64>::kBytes, ForwardScanSmem<KT, 128>::kBytes, ForwardOutputSmem<KT>::kBytes,
+                  SegmentCombineSmem<KT, 64>::kBytes});
   });
   return need;
 }

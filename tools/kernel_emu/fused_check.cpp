@@ -404,11 +404,11 @@ int main(int argc, char** argv) {
             GdnCase{1, 97, 2, 4, 128, 40, false, false, weak}, GdnCase{2, 130, 2, 4, 16, 16, true, false, weak, 1.95},
             GdnCase{1, 130, 1, 1, 64, 64, true, false, weak, 1.95}})
         run_gdn(c);
-  } else if (what == "tiles") {  // scan_plan takes column tiles of 32 and 64 only with many blocks
+  } else if (what == "tiles") {  // scan_plan takes column tiles of 32, 64 and 128 only with many blocks
     for (const GdnCase& c :
          {GdnCase{1, 65, 66, 66, 32, 64, true, false, true}, GdnCase{2, 65, 66, 66, 24, 64, false, false, true},
           GdnCase{3, 65, 66, 66, 32, 64, true, false, true}, GdnCase{1, 70, 33, 66, 128, 40, true, false, true},
-          GdnCase{1, 70, 33, 33, 128, 256, true, false, true}})
+          GdnCase{1, 70, 33, 33, 128, 256, true, false, true}, GdnCase{1, 130, 48, 48, 128, 256, true, false, true}})
       run_gdn(c);
   } else if (what == "segments") {  // few (b, value head) pairs, many chunks: segmented scans (scan_plan)
     for (const GdnCase& c :

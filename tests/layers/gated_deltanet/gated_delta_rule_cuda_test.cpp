@@ -70,8 +70,8 @@ TEST_CASE("gated_delta_rule on cuda matches the recurrent cpu reference, outputs
 TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and matches the recurrent cpu reference",
           "[gated_delta_rule][gpu]") {
   // Every tile configuration the fused path compiles: K padded to 64 or 128, and scan column tiles of
-  // 16, 32 and 64 (scan_plan's choice against the 132 SMs of an H100 or H200: 66 heads at B = 1, 2, 3
-  // take 16, 32 and 64 columns at K <= 64, 66 and 33 heads at K = 128 take 32 and 64). Also T below,
+  // 16, 32, 64 and 128 (scan_plan's choice against the 132 SMs of an H100 or H200: 66 heads at B = 1, 2,
+  // 3 take 16, 32 and 64 columns at K <= 64, 66, 33 and 48 heads at K = 128 take 32, 64 and 128). Also T below,
   // at and around the chunk, a partial V tile (40), shared q/k heads (HV = 2H), an initial state,
   // beta = 0 on a stretch, beta up to 2 (allow_neg_eigval), and weak decays (g near 0), under which
   // the blocks of the triangular solve far from the diagonal matter as much as the near ones.
@@ -85,7 +85,8 @@ TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and
                         Case{1, 63, 1, 2, 128, 40, true, true, false}, Case{1, 65, 66, 66, 32, 64, true, true, false},
                         Case{2, 65, 66, 66, 24, 64, false, true, false}, Case{3, 65, 66, 66, 32, 64, true, true, false},
                         Case{1, 70, 33, 66, 128, 40, true, true, false},
-                        Case{1, 70, 33, 33, 128, 256, true, true, false}, Case{3, 1, 1, 1, 8, 8, true, false, false},
+                        Case{1, 70, 33, 33, 128, 256, true, true, false}, Case{1, 130, 48, 48, 128, 256, true, false, false},
+                        Case{3, 1, 1, 1, 8, 8, true, false, false},
                         Case{1, 2, 2, 2, 64, 64, true, true, false}, Case{2, 130, 2, 4, 16, 16, true, true, false, 1.95}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")
