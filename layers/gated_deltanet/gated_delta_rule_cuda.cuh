@@ -386,6 +386,13 @@ struct ScanPlan {
   int64_t cost;  // the critical path in chunk steps (scan_plan's model)
 };
 
+// Blocks of a scan kernel with `smem` bytes of shared memory that run at once: the SMs times the blocks
+// one SM holds (1 KiB more per block, what the runtime reserves).
+inline int64_t scan_slots(int device, size_t smem) {
+  const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
+  return chunk_mma::sm_count(device) * std::max<int64_t>(1, smem_sm / int64_t(smem + 1024));
+}
+
 // The chunks per segment that split NC chunks into exactly `want` segments, or 0 where no length does:
 // 10 chunks in 6 would take segments of 2, which make 5 (a smaller count's plan).
 inline int segment_len(int NC, int want) {
@@ -408,13 +415,12 @@ template <typename SmemOf>
 ScanPlan scan_plan(const Dims& d, int device, SmemOf&& smem_of, int fixed_nseg = 0, bool phi_given = false) {
   const int forced = forced_segments();
   const bool segments = forced != 0;
-  const int64_t sms = chunk_mma::sm_count(device), pairs = int64_t(d.B) * d.HV;
-  const int64_t smem_sm = chunk_mma::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
+  const int64_t pairs = int64_t(d.B) * d.HV;
   ScanPlan best{64, 1, d.NC, -1};
   int64_t best_blocks = 0;
   bool best_fits = false;
   for (int vs : {16, 32, 64, 128}) {
-    const int64_t slots = sms * std::max<int64_t>(1, smem_sm / int64_t(smem_of(vs) + 1024));  // 1 KiB per block
+    const int64_t slots = scan_slots(device, smem_of(vs));
     const int64_t vt = (d.V + vs - 1) / vs, kt = (d.K + vs - 1) / vs;
     auto waves = [&](int64_t blocks) { return (blocks + slots - 1) / slots; };
     auto consider = [&](int nseg, int len, int64_t cost, int64_t blocks, bool fits) {
@@ -466,10 +472,12 @@ inline ScanPlan forward_scan_plan(const Dims& d, int device) {
     if (segment_len(d.NC, want) == 0) continue;
     const ScanPlan f = scan_plan(d, device, fwd_smem, want);
     const int64_t cost = f.cost + scan_plan(d, device, bwd_smem, want, true).cost;
-    // The model counts steps only, and the combine and the Phi tiles cost more than theirs: at B T =
-    // 32768, K = V = 64, 4k on the H200 three segments (116 steps against the single scan's 128) ran
-    // 1.376 ms against 1.341. So segments must save a tenth of the steps.
-    if (10 * cost < 9 * single && cost < best_cost) best = f, best_cost = cost;
+    // The model counts steps only, and the combine and the Phi tiles cost more than theirs; the single
+    // scan can also run in pieces beside the per-chunk kernels (scan_pieces). On the H200 at B T = 32768:
+    // K = V = 64 at 4k, three segments (116 steps against the single scan's 128) ran 1.376 ms against
+    // 1.341; NAtS-L's shape at 8k, three segments (178 steps against 217) 2.134 against 1.976 in pieces.
+    // So segments must save a fifth of the steps.
+    if (5 * cost < 4 * single && cost < best_cost) best = f, best_cost = cost;
   }
   const std::lock_guard<std::mutex> lock(mu);
   plans.emplace(key, best);
@@ -588,18 +596,28 @@ struct ScanPieces {
 
 // HYBRID_GDN_PIECES, read at every call (the tests switch it): unset, the choice below; 0, no pieces; N,
 // pieces of N chunks. HYBRID_GDN_SEGMENTS (forcing the plan's segment count) turns pieces off.
-// The choice: pieces of at least 64 chunks where the plan is one scan of 128 chunks or more. Each piece
-// costs a scan launch that waits for blocks of the per-chunk kernels to leave room, and beside them a
-// scan step is slower, so pieces lose to the plan's segments (H200, B T = 32768, docs/performance.md:
-// K = V = 64 at 8k and 16k, 1.434 -> 1.611 and 1.497 -> 1.806 ms in pieces of 64 chunks; NAtS-L's shape
-// at 16k, 2.390 -> 2.454) and win over one long scan (NAtS-L's shape at 8k, 2.222 -> 2.067); shorter
-// pieces were slower at every shape.
+// The choice, where the plan is one scan: pieces of at least 64 chunks where it has 128 chunks or more;
+// two pieces where it has 32 or more and its last wave of blocks leaves a quarter of the SMs idle (the
+// per-chunk kernels of one piece then run there beside the scan of the other). Each piece costs a scan
+// launch that waits for blocks of the per-chunk kernels to leave room, and beside them a scan step is
+// slower, so pieces lose to the plan's segments (H200, B T = 32768, docs/performance.md: K = V = 64 at
+// 8k and 16k, 1.434 -> 1.611 and 1.497 -> 1.806 ms in pieces of 64 chunks) and where the scan fills
+// every SM, and win over one long scan or one that leaves SMs idle (NAtS-L's shape, 96 scan blocks of
+// 128 columns at 4k, 192 at 2k on 132 SMs: 1.860 -> 1.792 and 1.856 -> 1.796 ms in two pieces; four
+// were slower, 1.901 at 4k).
 inline ScanPieces scan_pieces(const Dims& d, int device) {
   int len = 0;
   if (const char* e = std::getenv("HYBRID_GDN_PIECES")) {
     len = std::max(0, std::atoi(e));
-  } else if (forced_segments() < 0 && d.NC >= 128) {
-    if (forward_scan_plan(d, device).nseg == 1) len = std::max(64, (d.NC + 3) / 4);
+  } else if (forced_segments() < 0 && d.NC >= 32) {
+    const ScanPlan p = forward_scan_plan(d, device);
+    if (p.nseg == 1 && d.NC >= 128) {
+      len = std::max(64, (d.NC + 3) / 4);
+    } else if (p.nseg == 1) {
+      const int64_t sms = chunk_mma::sm_count(device), slots = scan_slots(device, forward_scan_smem(d.K, p.vs));
+      const int64_t blocks = int64_t(d.B) * d.HV * ((d.V + p.vs - 1) / p.vs), last = (blocks - 1) % slots + 1;
+      if (4 * (sms - std::min(sms, last)) >= sms) len = (d.NC + 1) / 2;
+    }
   }
   if (len == 0 || len >= d.NC) return {d.NC, 0};
   return {len, (d.NC + len - 1) / len};
