@@ -8,9 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
+#include "core/env_switch.h"
 #include "layers/softmax_attention/flash_attention.cuh"
 
 namespace hyb::flash {
@@ -313,10 +312,7 @@ inline FlashAttentionForwardParams query_block_order(const FlashAttentionForward
 // after head there (and in the mma.sync kernels, not measured). A window keeps head after head: its
 // blocks' lengths hardly differ. HYBRID_FLASH_TAIL=0 makes 0 mean head after head (A/B timing).
 inline FlashAttentionBackwardParams key_block_order(const FlashAttentionBackwardParams& p, int kBN, int auto_slots) {
-  static const bool tail_off = [] {
-    const char* e = std::getenv("HYBRID_FLASH_TAIL");
-    return e && std::string(e) == "0";
-  }();
+  static const bool tail_off = env_is_zero("HYBRID_FLASH_TAIL");
   FlashAttentionBackwardParams r = p;
   const FlashAttentionForwardParams& f = p.fwd;
   const int heads = f.B * f.Hkv, n_blocks = (f.Tk + kBN - 1) / kBN;
