@@ -344,6 +344,7 @@ void visit_kt(int K, F&& f) {
 // not instantiated).
 template <int kMax = 128, typename F>
 void visit_vs(int vs, F&& f) {
+  static_assert(kMax == 64 || kMax == 128);
   if (vs == 16) return f(std::integral_constant<int, 16>{});
   if (vs == 32) return f(std::integral_constant<int, 32>{});
   if constexpr (kMax == 64) return f(std::integral_constant<int, 64>{});

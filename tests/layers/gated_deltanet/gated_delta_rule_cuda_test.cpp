@@ -85,8 +85,8 @@ TEST_CASE("gated_delta_rule bf16 on cuda takes the fused tensor-core kernels and
                         Case{1, 63, 1, 2, 128, 40, true, true, false}, Case{1, 65, 66, 66, 32, 64, true, true, false},
                         Case{2, 65, 66, 66, 24, 64, false, true, false}, Case{3, 65, 66, 66, 32, 64, true, true, false},
                         Case{1, 70, 33, 66, 128, 40, true, true, false},
-                        Case{1, 70, 33, 33, 128, 256, true, true, false}, Case{1, 130, 48, 48, 128, 256, true, false, false},
-                        Case{3, 1, 1, 1, 8, 8, true, false, false},
+                        Case{1, 70, 33, 33, 128, 256, true, true, false},
+                        Case{1, 130, 48, 48, 128, 256, true, false, false}, Case{3, 1, 1, 1, 8, 8, true, false, false},
                         Case{1, 2, 2, 2, 64, 64, true, true, false}, Case{2, 130, 2, 4, 16, 16, true, true, false, 1.95}}) {
     DYNAMIC_SECTION("B " << c.B << " T " << c.T << " H " << c.H << " HV " << c.HV << " K " << c.K << " V " << c.V
                          << (c.s0 ? " S0" : "") << (c.weak_decay ? " g in [-0.05, -0.001]" : " g in [-0.6, -0.02]")
