@@ -1,10 +1,21 @@
 #include "train/cli.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 
 #include "core/error.h"
 
 namespace hyb {
+
+std::string hybrid_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  HYB_CHECK(n > 0, "cannot find the hybrid executable (/proc/self/exe): ", std::strerror(errno));
+  return std::string(buf, size_t(n));
+}
 
 size_t Args::end() const {
   for (size_t i = 0; i < argv_.size(); ++i)

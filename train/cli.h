@@ -42,6 +42,9 @@ class Args {
   int64_t parse_integer(const std::string& name, const std::string& text) const;
 };
 
+// The running hybrid binary (/proc/self/exe), for commands that start copies of it.
+std::string hybrid_executable();
+
 struct CliCommand {
   const char* name;
   const char* summary;

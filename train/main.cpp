@@ -8,6 +8,7 @@
 #include "train/cli.h"
 
 namespace hyb {
+int cmd_ablate(Args& args);
 int cmd_bench(Args& args);
 int cmd_config(Args& args);
 int cmd_eval(Args& args);
@@ -19,6 +20,7 @@ int cmd_train(Args& args);
 
 const CliCommand kCommands[] = {
     {"help", "list the commands", nullptr},
+    {"ablate", "train and evaluate every row of a paper's ablation table and print it with verdicts: ablate SUITE.json [--seeds 0,1,2] [--rows ...] [--resume RUNDIR] [--dry-run] [--jobs K]", cmd_ablate},
     {"bench", "time the CUDA kernels against the copy and GEMM ceilings (bench ops), or one decode step at a long context (bench decode)", cmd_bench},
     {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers | --params]; config keys", cmd_config},
     {"eval", "loss, perplexity and bits per byte of a checkpoint: eval --checkpoint DIR [--data SHARD...] [--set ...]; MQAR recall: eval mqar --checkpoint DIR [--preset P]; needle in a haystack: eval niah --checkpoint DIR [--lengths L...] [--depths P...] [--svg FILE]", cmd_eval},

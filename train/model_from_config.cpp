@@ -27,6 +27,19 @@ LmConfig lm_config_from_run(const RunConfig& rc) {
   return c;
 }
 
+bool is_embedding_parameter(const std::string& name) { return name == "model.embeddings.weight" || name == "lm_head.weight"; }
+
+ParamCounts parameter_counts(const RunConfig& rc) {
+  ParameterScope scope(Device::cpu());
+  const CausalLM lm(lm_config_from_run(rc));
+  ParamCounts c;
+  for (const NamedParameter& p : lm.named_parameters()) {
+    c.total += p.var.numel();
+    if (!is_embedding_parameter(p.name)) c.non_embedding += p.var.numel();
+  }
+  return c;
+}
+
 std::unique_ptr<CausalLM> build_model(const RunConfig& rc, Device device, uint64_t seed) {
   ParameterScope scope(device);
   auto lm = std::make_unique<CausalLM>(lm_config_from_run(rc));

@@ -36,7 +36,7 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
   int64_t n_params = 0, n_emb = 0;
   for (const auto& p : model->named_parameters()) {
     n_params += p.var.numel();
-    if (p.name == "model.embeddings.weight" || p.name == "lm_head.weight") n_emb += p.var.numel();
+    if (is_embedding_parameter(p.name)) n_emb += p.var.numel();
   }
   if (rank == 0)
     spdlog::info("model: {} layers, d_model {}, {} parameters ({} non-embedding)", mc.layers.size(), mc.d_model,

@@ -139,7 +139,8 @@ bool Trainer::train_step(double* loss_out, double* norm_out) {
     ++consecutive_skips_;
     const std::string msg = str_cat("step ", step_ + 1, ": ", bad);
     if (!opt_.skip_nonfinite || consecutive_skips_ >= opt_.nonfinite_max_skips)
-      throw Error(msg + (opt_.skip_nonfinite ? str_cat(" (", consecutive_skips_, " consecutive skipped steps)") : ""));
+      throw NonFiniteError(msg + (opt_.skip_nonfinite ? str_cat(" (", consecutive_skips_, " consecutive skipped steps)") : ""),
+                           step_ + 1);
     if (main_rank()) {
       spdlog::warn("{}; step skipped", msg);
       RecordEnvelope env = opt_.envelope;

@@ -73,6 +73,17 @@ struct TrainerOptions {
   std::optional<double> window_p_full;
 };
 
+// A step whose loss or gradients were not finite, past what train.skip_nonfinite allows (config.md
+// 6.7): the run diverged at `step`, which callers such as `hybrid ablate` report instead of failing.
+class NonFiniteError : public Error {
+ public:
+  NonFiniteError(const std::string& what, int64_t step) : Error(what), step_(step) {}
+  int64_t step() const { return step_; }
+
+ private:
+  int64_t step_;
+};
+
 // Per-parameter optimizer settings come from the config (decay set, param_groups).
 using ParamRule = std::function<void(const NamedParameter& p, double* weight_decay, double* lr_mult)>;
 

@@ -30,7 +30,7 @@ std::string params_view(const RunConfig& rc) {
     const std::string shape = str_cat(p.var.shape());
     const std::string n = std::to_string(p.var.numel());
     total += p.var.numel();
-    if (p.name == "model.embeddings.weight" || p.name == "lm_head.weight") embedding += p.var.numel();
+    if (is_embedding_parameter(p.name)) embedding += p.var.numel();
     out += str_cat(p.name, std::string(name_width - p.name.size() + 2, ' '), shape, std::string(shape_width - shape.size() + 2, ' '),
                    std::string(count_width - n.size(), ' '), n, "  weight_decay=", Json(settings[i].weight_decay).dump(), "  lr_mult=", Json(settings[i].lr_mult).dump(), "\n");
   }

@@ -24,13 +24,6 @@ namespace {
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  HYB_CHECK(n > 0, "launch: cannot find the hybrid executable (/proc/self/exe): ", std::strerror(errno));
-  return std::string(buf, size_t(n));
-}
-
 struct Child {
   pid_t pid;
   int rank;
@@ -88,7 +81,7 @@ int cmd_launch(Args& args) {
   HYB_CHECK(port >= 1 && port <= 65535, "launch: --master-port ", port, " is not a port (1..65535)");
   HYB_CHECK(!rest.empty(), "launch: give the command after --, e.g. hybrid launch --nproc-per-node 2 -- train --config FILE");
 
-  const std::string exe = self_exe();
+  const std::string exe = hybrid_executable();
   const int64_t world = nproc * nnodes;
   struct sigaction sa{};
   sa.sa_handler = on_signal;
