@@ -151,7 +151,7 @@ TEST_CASE("structural errors of the layer list name the key as written", "[confi
   REQUIRE(error_no_files(config(R"({"d_model": 64, "layout": {"pattern": "AB"}, "blocks": {"A": {"mixer": {"type": "attention", "num_heads": 2}}, "B": {"mlp": {}}}})")) ==
           "configs/x.json: model.blocks.B.mixer: missing required key (in model.layers[1])");
   REQUIRE(error_no_files(config(R"({"d_model": 64, "layout": {"generate": {}}, "blocks": {}})")) ==
-          "configs/x.json: model.layout.generate: cannot be used here: layout.generate (intra_hybrid.md 2.1) is not supported yet");
+          "configs/x.json: model.layout.generate.n_layers: missing required key");
   REQUIRE(error_no_files(config(R"({"d_model": 64, "layout": {"repeat": "AB", "n_layers": 5}, "blocks": {"A": {}, "B": {}}})")) ==
           "configs/x.json: model.layout.n_layers: expected a multiple of the number of codes of model.layout.repeat (2), got 5");
   REQUIRE(error_no_files(config(R"({"d_model": 64, "layout": {"pattern": "A", "repeat": "A"}, "blocks": {"A": {}}})")) ==

@@ -58,3 +58,16 @@ TEST_CASE("hybrid config show prints the resolved config on stdout and its hash 
   REQUIRE_THROWS_WITH(run_config({"show"}), Catch::Contains("config show: expected one config file"));
   REQUIRE_THROWS_WITH(run_config({"shwo", "run.json"}), "config: unknown subcommand \"shwo\" (show or keys)");
 }
+
+TEST_CASE("hybrid config show --layers prints a generated layout as its code string", "[config][cli][layout]") {
+  ScratchDir dir("config_show_cmd_generate");
+  dir.shard("t.bin", 700);
+  std::ofstream("swa.json") << R"({"model": {"d_model": 64,
+      "blocks": {"S": {"mixer": {"type": "attention", "num_heads": 2, "window": 8}}, "T": {"mixer": {"type": "attention", "num_heads": 2}}},
+      "layout": {"generate": {"n_layers": 16, "base": "S", "special": "T", "placement": "every", "period": 6}}},
+    "data": {"train": "t.bin", "seq_len": 32}})";
+  auto [layers, err] = run_config({"show", "swa.json", "--layers"});
+  std::string expected = "layout: SSSSSTSSSSSTSSST\n";
+  for (int i = 0; i < 16; ++i) expected += str_cat(i < 10 ? " " : "", i, "  attention  mlp 256", i == 5 || i == 11 || i == 15 ? "  window=0" : "", "\n");
+  REQUIRE(layers == expected);
+}

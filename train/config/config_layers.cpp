@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 #include "layers/mlp/mlp_config.h"
 #include "layers/registry.h"
 #include "train/config/config_model.h"
 #include "train/config/config_schema.h"
+#include "train/config/layout_generate.h"
 
 namespace hyb {
 
@@ -57,30 +59,47 @@ std::vector<std::string> parse_codes(const Json& v, const std::string& path) {
   return codes;
 }
 
+// Throws unless `code` names a block of model.blocks.
+void require_defined(const std::string& code, const Json& blocks, const std::string& path) {
+  if (blocks.contains(code)) return;
+  std::vector<std::string> names;
+  for (const auto& [k, v] : blocks.items()) names.push_back(k);
+  std::sort(names.begin(), names.end());
+  std::string defined;
+  for (const std::string& n : names) defined += str_cat(defined.empty() ? "" : ", ", "\"", n, "\"");
+  throw ConfigKeyError(path, expected_problem(str_cat("a code defined in model.blocks (", defined, ")"), Json(code)));
+}
+
+std::vector<std::string> generate_layout(const Json& generate, const Json& blocks) {
+  const std::string path = "model.layout.generate";
+  const Json g = apply_key_table(kGenerateKeys, generate, path);
+  for (const char* k : {"base", "special"}) require_defined(g[k].get<std::string>(), blocks, join_path(path, k));
+  auto given = [&](const char* k) { return g.contains(k) ? std::optional<int64_t>(json_int(g[k])) : std::nullopt; };
+  const LayoutRule rule{g["placement"].get<std::string>(), json_int(g["n_layers"]), given("n_special"), given("position"),
+                        given("period")};
+  try {
+    return place_codes(rule.n_layers, special_layers(rule), g["base"].get<std::string>(), g["special"].get<std::string>());
+  } catch (const ConfigKeyError& e) {
+    throw e.prefixed(path);
+  }
+}
+
 // The layout expanded into one code per layer.
 std::vector<std::string> expand_layout(const Json& layout, const Json& blocks) {
   const std::string path = "model.layout";
   require_object(layout, path);
   check_known_keys(kLayoutKeys, layout, path);
-  if (layout.contains("generate"))
-    throw ConfigKeyError("model.layout.generate",
-                         cannot_be_used_problem("layout.generate (intra_hybrid.md 2.1) is not supported yet"));
-  const bool pattern = layout.contains("pattern"), repeat = layout.contains("repeat");
-  if (!pattern && !repeat) throw ConfigKeyError(path, expected_problem("one of pattern, repeat or generate", layout));
+  const bool pattern = layout.contains("pattern"), repeat = layout.contains("repeat"), generate = layout.contains("generate");
+  if (!pattern && !repeat && !generate) throw ConfigKeyError(path, expected_problem("one of pattern, repeat or generate", layout));
   if (pattern && repeat) throw ConfigKeyError("model.layout.repeat", cannot_be_used_problem("model.layout has pattern"));
-  if (pattern && layout.contains("n_layers"))
+  if (generate && (pattern || repeat))
+    throw ConfigKeyError("model.layout.generate", cannot_be_used_problem(str_cat("model.layout has ", pattern ? "pattern" : "repeat")));
+  if (!repeat && layout.contains("n_layers"))
     throw ConfigKeyError("model.layout.n_layers", cannot_be_used_problem("n_layers goes with repeat"));
+  if (generate) return generate_layout(layout["generate"], blocks);
   const std::string codes_path = pattern ? "model.layout.pattern" : "model.layout.repeat";
   std::vector<std::string> codes = parse_codes(layout[pattern ? "pattern" : "repeat"], codes_path);
-
-  std::string defined;
-  std::vector<std::string> names;
-  for (const auto& [k, v] : blocks.items()) names.push_back(k);
-  std::sort(names.begin(), names.end());
-  for (const std::string& n : names) defined += str_cat(defined.empty() ? "" : ", ", "\"", n, "\"");
-  for (const std::string& c : codes)
-    if (!blocks.contains(c))
-      throw ConfigKeyError(codes_path, expected_problem(str_cat("a code defined in model.blocks (", defined, ")"), Json(c)));
+  for (const std::string& c : codes) require_defined(c, blocks, codes_path);
   if (pattern) return codes;
 
   if (!layout.contains("n_layers")) throw ConfigKeyError("model.layout.n_layers", missing_key_problem("repeat needs n_layers"));

@@ -62,8 +62,28 @@ const KeyTable kLayoutKeys{"layout", nullptr, {
      .doc = "the codes repeated until there are `n_layers` layers"},
     {.name = "n_layers", .type = KeyType::integer, .range = Range::at_least(1), .default_doc = "required with `repeat`",
      .doc = "a multiple of the number of codes of `repeat`"},
-    {.name = "generate", .type = KeyType::custom, .check = as_written, .type_doc = "object",
-     .doc = "the generator of intra_hybrid.md 2.1 (not supported yet)"},
+    {.name = "generate", .type = KeyType::custom, .check = as_written, .type_doc = "generator object",
+     .doc = "`n_special` layers of one code placed among `n_layers` of another (intra_hybrid.md 2.1, 2.2)"},
+}};
+
+const KeyTable kGenerateKeys{"generator", "placement", {
+    {.name = "n_layers", .type = KeyType::integer, .required = true, .range = Range::at_least(1),
+     .doc = "number of layers L"},
+    {.name = "base", .type = KeyType::string, .required = true, .type_doc = "a block code",
+     .doc = "the code of every layer not placed"},
+    {.name = "special", .type = KeyType::string, .required = true, .type_doc = "a block code",
+     .doc = "the code of the placed layers"},
+    {.name = "n_special", .type = KeyType::integer, .range = Range::at_least(1), .default_doc = "required except with `every`",
+     .doc = "number of placed layers n, at most `n_layers`; `every` derives it, and a given value must agree"},
+    {.name = "placement", .type = KeyType::enumeration, .required = true,
+     .values = {"middle", "scatter", "front", "end", "position", "cluster", "sandwich", "every"},
+     .doc = "middle (= scatter): layers floor((k - 1/2) L / n), k = 1..n; front / end: middle with the first at 0 / the last "
+            "at L - 1; position: the one layer `position`; cluster: n consecutive layers, centred; sandwich: the first, the "
+            "last and n - 2 spread between; every: layers P - 1, 2P - 1, ... and L - 1"},
+    {.name = "position", .type = KeyType::integer, .required = true, .range = Range::at_least(0), .only_for = {"position"},
+     .doc = "the placed layer's index q, below `n_layers`; `n_special` must be 1"},
+    {.name = "period", .type = KeyType::integer, .required = true, .range = Range::at_least(1), .only_for = {"every"},
+     .doc = "P"},
 }};
 
 const KeyTable kOverrideKeys{"override", nullptr, {

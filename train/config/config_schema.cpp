@@ -35,6 +35,8 @@ std::vector<Section> sections() {
       {"model.block.mlp", &kMlpKeys, "The feed-forward sublayer (config.md 3.4)."},
       {"model.layout", &kLayoutKeys, "Which named block each layer is (config.md 3.5): exactly one of `pattern`, `repeat` "
                                      "(with `n_layers`) and `generate`."},
+      {"model.layout.generate", &kGenerateKeys, "The layout generator (intra_hybrid.md 2.1, 2.2): `special` at the "
+                                                "`n_special` layers that `placement` picks, `base` at the others."},
       {"model.overrides[i]", &kOverrideKeys, "Per-layer changes, merged in order into the layers they select (config.md 3.5, 3.6)."},
   };
   for (const LayerEntry& e : layer_entries()) {
