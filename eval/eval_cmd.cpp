@@ -71,17 +71,8 @@ int cmd_eval(Args& args) {
               std::exp(r.loss()), 100 * r.token_acc(), bpb, static_cast<long long>(r.windows),
               static_cast<long long>(r.targets));
   if (out.empty()) out = (fs::path(lm.checkpoint_dir) / "eval.jsonl").string();
-  Record rec("ppl", {fs::path(dir).filename().string(), rc.sha256, lm.step, rc.train ? rc.train->seed : 0});
-  rec.add("split", data.empty() ? "val" : "data")
-      .add("T", T)
-      .add("stride", T)
-      .add("windows", r.windows)
-      .add("targets", r.targets)
-      .add("loss", r.loss())
-      .add("ppl", std::exp(r.loss()))
-      .add("bits_per_byte", bpb)
-      .add("token_acc", r.token_acc());
-  append_record(out, rec);
+  append_record(out, ppl_record({fs::path(dir).filename().string(), rc.sha256, lm.step, rc.train ? rc.train->seed : 0},
+                                data.empty() ? "val" : "data", T, r, bpb));
   if (omega) {
     const OmegaProbe p = probe_omega_l(*lm.model, windows, T, batch, lm.device, lm.compute,
                                        bucket > 0 ? bucket : std::max<int64_t>(1, T / 32));

@@ -1,5 +1,7 @@
 #include "eval/perplexity.h"
 
+#include <cmath>
+
 #include "autograd/tape.h"
 #include "layers/loss/cross_entropy_op.h"
 
@@ -27,6 +29,20 @@ PplResult evaluate_ppl(CausalLM& model, const EvalWindows& windows, int64_t batc
     r.windows += n;
   }
   return r;
+}
+
+Record ppl_record(const RecordEnvelope& env, const std::string& split, int64_t T, const PplResult& r,
+                  std::optional<double> bits_per_byte) {
+  Record rec("ppl", env);
+  rec.add("split", split)
+      .add("T", T)
+      .add("stride", T)
+      .add("windows", r.windows)
+      .add("targets", r.targets)
+      .add("loss", r.loss())
+      .add("ppl", std::exp(r.loss()));
+  if (bits_per_byte) rec.add("bits_per_byte", *bits_per_byte);
+  return rec.add("token_acc", r.token_acc());
 }
 
 }  // namespace hyb

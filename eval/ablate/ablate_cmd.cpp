@@ -103,13 +103,20 @@ struct ProbeEstimate {
   double step_s = 0, overhead_s = 0;
 };
 
-// ablations.md 1 step 4: ten steps of each distinct (architecture, task), one at a time.
-std::map<std::string, ProbeEstimate> run_probes(const AblatePlan& plan, const std::string& out) {
+// ablations.md 1 step 4: ten steps of each distinct (architecture, task) that has units left to
+// run, one at a time.
+std::map<std::string, ProbeEstimate> run_probes(const AblatePlan& plan, const std::vector<Job>& units, const std::string& out) {
+  std::set<std::string> needed;
+  for (size_t i = 0; i < plan.units.size(); ++i)
+    if (!units[i].finished) {
+      const PlannedUnit& u = plan.units[i];
+      needed.insert(u.depends_on >= 0 ? plan.units[size_t(u.depends_on)].probe : u.probe);
+    }
   std::map<std::string, ProbeEstimate> est;
   std::vector<Job> jobs;
   std::vector<std::string> keys;
   for (const PlannedUnit& u : plan.units) {
-    if (u.spec.kind != "train" || est.count(u.probe)) continue;
+    if (u.spec.kind != "train" || !needed.count(u.probe) || est.count(u.probe)) continue;
     est[u.probe] = {};
     const std::string dir = (fs::path(out) / "probe" / std::to_string(keys.size())).string();
     fs::remove_all(dir);
@@ -121,6 +128,7 @@ std::map<std::string, ProbeEstimate> run_probes(const AblatePlan& plan, const st
     jobs.push_back({dir});
     keys.push_back(u.probe);
   }
+  if (jobs.empty()) return est;
   std::printf("ablate: timing %zu probe runs of 10 steps\n", jobs.size());
   std::fflush(stdout);
   bool interrupted = false;
@@ -206,10 +214,19 @@ int cmd_ablate(Args& args) {
     }
     jobs_list.push_back(j);
   }
+  // A finished base unit whose checkpoint is gone (deleted after a run without inference-time rows)
+  // trains again when an unfinished unit still has to read it.
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const int dep = plan.units[i].depends_on;
+    if (dep < 0 || jobs_list[i].finished || !jobs_list[size_t(dep)].finished) continue;
+    if (fs::exists(fs::path(plan.units[size_t(dep)].dir) / "ckpt")) continue;
+    jobs_list[size_t(dep)].finished = false;
+    --reused;
+  }
   if (resume) std::printf("ablate: %lld of %zu units finished earlier and are reused\n", static_cast<long long>(reused), plan.units.size());
 
   fs::create_directories(out);
-  const std::map<std::string, ProbeEstimate> probes = run_probes(plan, out);
+  const std::map<std::string, ProbeEstimate> probes = run_probes(plan, jobs_list, out);
   double total = 0;
   std::map<std::string, double> by_row;
   for (size_t i = 0; i < plan.units.size(); ++i) {

@@ -80,15 +80,7 @@ void evaluate(LoadedModel& lm, const AblateEval& e, const std::string& dir, Json
     metrics[k + "ppl"] = std::exp(r.loss());
     metrics[k + "token_acc"] = r.token_acc();
     spdlog::info("ablate: {} loss {:.4f} (ppl {:.2f}) on {} windows", e.split, r.loss(), std::exp(r.loss()), r.windows);
-    append_record(records, Record("ppl", envelope_of(lm, dir))
-                               .add("split", e.split)
-                               .add("T", T)
-                               .add("stride", T)
-                               .add("windows", r.windows)
-                               .add("targets", r.targets)
-                               .add("loss", r.loss())
-                               .add("ppl", std::exp(r.loss()))
-                               .add("token_acc", r.token_acc()));
+    append_record(records, ppl_record(envelope_of(lm, dir), e.split, T, r));
     return;
   }
   const MqarConfig mc = mqar_config_for(lm, e.preset);

@@ -111,6 +111,8 @@ TEST_CASE("validation during training needs a validation split", "[config][train
           "--set: eval.average: cannot be used here: train.eval_interval is 0 (averaging keeps the best checkpoints of the validations)");
   REQUIRE(error_no_files(with_train(R"({"batch_size": 4, "steps": 10, "eval_interval": 2, "optimizer": {"lr": 0.1}})"), {"eval.average={\"keep\": 2, \"average\": 3}"}) ==
           "--set: eval.average.average: expected at most keep (2), got 3");
+  REQUIRE(error_no_files(with_train(R"({"batch_size": 4, "steps": 10, "eval_interval": 2, "optimizer": {"lr": 0.1}})"), {"eval.average={\"keep\": 3, \"average\": 2}"}) ==
+          "--set: eval.average: cannot be used here: checkpoint averaging (eval.md 2) is not implemented yet");
   RunConfig frac = resolve_no_files(with_train(R"({"batch_size": 4, "steps": 10, "eval_interval": 5, "optimizer": {"lr": 0.1}})",
                                                R"({"train": "t.bin", "val_fraction": 0.1, "seq_len": 64})"));
   REQUIRE(frac.data.val_fraction == 0.1);
