@@ -6,6 +6,8 @@
 #include "layers/gated_deltanet/gated_deltanet_config.h"
 #include "layers/gsa/gsa.h"
 #include "layers/gsa/gsa_config.h"
+#include "layers/head_split/head_split.h"
+#include "layers/head_split/head_split_config.h"
 #include "layers/mamba2/mamba2.h"
 #include "layers/mamba2/mamba2_config.h"
 #include "layers/nha/nha.h"
@@ -22,6 +24,7 @@ const LayerEntry kLayers[] = {
     {"gated_deltanet", make_gated_deltanet_mixer, resolve_gated_deltanet_config, &kGatedDeltaNetKeys},
     {"gsa", make_gsa_mixer, resolve_gsa_config, &kGsaKeys},
     {"nha", make_nha_mixer, resolve_nha_config, &kNhaKeys},
+    {"head_split", make_head_split_mixer, resolve_head_split_config, &kHeadSplitKeys},
 };
 }  // namespace
 

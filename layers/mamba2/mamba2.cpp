@@ -44,7 +44,7 @@ Mamba2Config mamba2_config_from_json(const json& m) {
 
 // Parameters and their initialization: mamba2.md 2.1 under init "family" (mamba_ssm's PyTorch
 // defaults and out_proj rescale); under init "gpt2" the two Linear weights follow config.md 3.8.
-Mamba2Mixer::Mamba2Mixer(const Mamba2Config& cfg, const MixerContext& ctx) : cfg_(cfg) {
+Mamba2Mixer::Mamba2Mixer(const Mamba2Config& cfg, const MixerContext& ctx, bool out_proj) : cfg_(cfg) {
   const int64_t H = cfg.heads(), d_ssm = cfg.d_ssm, Cc = cfg.conv_channels(), W = cfg.d_conv;
   const bool gpt2 = ctx.init == "gpt2";
   const double in_bound = 1.0 / std::sqrt(double(cfg.d_model)), out_bound = 1.0 / std::sqrt(double(d_ssm));
@@ -61,13 +61,14 @@ Mamba2Mixer::Mamba2Mixer(const Mamba2Config& cfg, const MixerContext& ctx) : cfg
   A_log_ = register_parameter("A_log", {H}, a_log_init(cfg.A_init_range.first, cfg.A_init_range.second), false);
   D_ = register_parameter("D", {cfg.D_has_hdim ? d_ssm : H}, ParamInit::constant(1.0), false);
   if (cfg.rmsnorm) norm_weight_ = register_parameter("norm.weight", {d_ssm}, ParamInit::constant(1.0), false);
-  out_proj_ = register_module("out_proj", std::make_unique<Linear>(
-      d_ssm, cfg.d_model, cfg.bias,
-      gpt2 ? ParamInit::normal(ctx.residual_std())
-           : ParamInit::uniform(-out_bound / rescale, out_bound / rescale)));
+  if (out_proj)
+    out_proj_ = register_module("out_proj", std::make_unique<Linear>(
+        d_ssm, cfg.d_model, cfg.bias,
+        gpt2 ? ParamInit::normal(ctx.residual_std())
+             : ParamInit::uniform(-out_bound / rescale, out_bound / rescale)));
 }
 
-// mamba2.md 2.2, steps 1-9. The decay path (dt, A, g) runs in the state dtype: f32 under bf16.
+// mamba2.md 2.2, steps 1-8. The decay path (dt, A, g) runs in the state dtype: f32 under bf16.
 Var Mamba2Mixer::run(const Var& x, Mamba2State* st) {
   HYB_CHECK(x.dim() == 3 && x.size(2) == cfg_.d_model, "mamba2: x must be (B, T, d_model = ", cfg_.d_model, "), got ",
             shape_str(x.shape()));
@@ -110,11 +111,13 @@ Var Mamba2Mixer::run(const Var& x, Mamba2State* st) {
     st->ssm = ssd.final_state.data();
     st->n_seen += T;
   }
-  // 9.
-  return out_proj_->forward(y);
+  return y;
 }
 
-Var Mamba2Mixer::forward(const Var& x) { return run(x, nullptr); }
+// Step 9.
+Var Mamba2Mixer::project_out(const Var& y) const { return out_proj_ ? out_proj_->forward(y) : y; }
+
+Var Mamba2Mixer::forward(const Var& x) { return project_out(run(x, nullptr)); }
 
 std::unique_ptr<DecodeState> Mamba2Mixer::start_decode(int64_t batch, Device device, DType dtype) {
   auto s = std::make_unique<Mamba2State>();
@@ -124,7 +127,9 @@ std::unique_ptr<DecodeState> Mamba2Mixer::start_decode(int64_t batch, Device dev
   return s;
 }
 
-Var Mamba2Mixer::decode(const Var& x, DecodeState& state) { return run(x, &dynamic_cast<Mamba2State&>(state)); }
+Var Mamba2Mixer::decode(const Var& x, DecodeState& state) { return project_out(decode_heads(x, state)); }
+
+Var Mamba2Mixer::decode_heads(const Var& x, DecodeState& state) { return run(x, &dynamic_cast<Mamba2State&>(state)); }
 
 std::unique_ptr<Mixer> make_mamba2_mixer(const json& mixer, const MixerContext& ctx) {
   return std::make_unique<Mamba2Mixer>(mamba2_config_from_json(mixer), ctx);

@@ -42,18 +42,25 @@ struct Mamba2State : DecodeState {
 
 class Mamba2Mixer : public Mixer {
  public:
-  Mamba2Mixer(const Mamba2Config& cfg, const MixerContext& ctx);
+  // out_proj false builds the Mamba half of a head_split block (intra_hybrid.md 4.3): the fusion
+  // owns the output projection, so forward and decode return the gated norm's output (B, T, d_ssm).
+  Mamba2Mixer(const Mamba2Config& cfg, const MixerContext& ctx, bool out_proj = true);
   Var forward(const Var& x) override;
   std::unique_ptr<DecodeState> start_decode(int64_t batch, Device device, DType dtype) override;
   Var decode(const Var& x, DecodeState& state) override;
+  // The gated norm's output before out_proj, (B, T, d_ssm): what a head_split block fuses.
+  Var heads(const Var& x) { return run(x, nullptr); }
+  Var decode_heads(const Var& x, DecodeState& state);
+  const Linear* out_proj() const { return out_proj_; }  // null when built without one
   const Mamba2Config& config() const { return cfg_; }
 
  private:
-  // The layer on x (B, T, d_model) from `state` (zeros when null), advancing it when given.
+  // Steps 1-8 on x (B, T, d_model) from `state` (zeros when null), advancing it when given.
   Var run(const Var& x, Mamba2State* state);
+  Var project_out(const Var& y) const;
 
   Mamba2Config cfg_;
-  Linear *in_proj_, *out_proj_;
+  Linear *in_proj_, *out_proj_ = nullptr;
   Var conv_weight_, conv_bias_, dt_bias_, A_log_, D_, norm_weight_;
 };
 

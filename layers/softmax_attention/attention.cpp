@@ -40,14 +40,15 @@ AttentionConfig attention_config_from_json(const json& m) {
   return c;
 }
 
-AttentionMixer::AttentionMixer(const AttentionConfig& cfg, const MixerContext& ctx)
+AttentionMixer::AttentionMixer(const AttentionConfig& cfg, const MixerContext& ctx, bool o_proj)
     : cfg_(cfg), max_seq_len_(ctx.max_seq_len) {
   const int64_t C = ctx.d_model, Hq = cfg.num_heads, Hkv = cfg.num_kv_heads, D = cfg.head_dim, Dv = cfg.v_head_dim;
   const ParamInit w = ParamInit::normal(ctx.init_std);
   q_proj_ = register_module("q_proj", std::make_unique<Linear>(C, Hq * D, cfg.qkv_bias, w));
   k_proj_ = register_module("k_proj", std::make_unique<Linear>(C, Hkv * D, cfg.qkv_bias, w));
   v_proj_ = register_module("v_proj", std::make_unique<Linear>(C, Hkv * Dv, cfg.qkv_bias, w));
-  o_proj_ = register_module("o_proj", std::make_unique<Linear>(Hq * Dv, C, cfg.o_bias, ParamInit::normal(ctx.residual_std())));
+  if (o_proj)
+    o_proj_ = register_module("o_proj", std::make_unique<Linear>(Hq * Dv, C, cfg.o_bias, ParamInit::normal(ctx.residual_std())));
   if (cfg.qk_norm == "rms") {
     q_norm_ = register_parameter("q_norm.weight", {D}, ParamInit::constant(1.0));
     k_norm_ = register_parameter("k_norm.weight", {D}, ParamInit::constant(1.0));
@@ -99,10 +100,14 @@ Var AttentionMixer::attend(const Qkv& qkv, const AttentionParams& p) {
   Var o = cfg_.logits == "cosine"
               ? attention_with_lse(qkv.q, qkv.k, qkv.v, logit_scale(logit_scale_, cfg_.cosine_logit_scale_max), p).o
               : attention(qkv.q, qkv.k, qkv.v, p);
-  return o_proj_->forward(reshape(o, {B, T, cfg_.num_heads * cfg_.v_head_dim}));
+  return reshape(o, {B, T, cfg_.num_heads * cfg_.v_head_dim});
 }
 
-Var AttentionMixer::forward(const Var& x) { return attend(project(x, 0), core_params()); }
+Var AttentionMixer::project_out(const Var& heads) const { return o_proj_ ? o_proj_->forward(heads) : heads; }
+
+Var AttentionMixer::heads(const Var& x) { return attend(project(x, 0), core_params()); }
+
+Var AttentionMixer::forward(const Var& x) { return project_out(heads(x)); }
 
 int64_t AttentionMixer::cache_slot(int64_t p) const {
   if (cfg_.window == 0 || p < cfg_.sinks) return p;
@@ -154,7 +159,9 @@ Var AttentionMixer::decode_one(const Var& x, AttentionCache& c) {
   return attend(cached, all);
 }
 
-Var AttentionMixer::decode(const Var& x, DecodeState& state) {
+Var AttentionMixer::decode(const Var& x, DecodeState& state) { return project_out(decode_heads(x, state)); }
+
+Var AttentionMixer::decode_heads(const Var& x, DecodeState& state) {
   auto& c = dynamic_cast<AttentionCache&>(state);
   const int64_t n = x.size(1);
   if (c.n_seen == 0 && n > 1) {

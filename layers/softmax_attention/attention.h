@@ -43,10 +43,16 @@ struct AttentionCache : DecodeState {
 
 class AttentionMixer : public Mixer {
  public:
-  AttentionMixer(const AttentionConfig& cfg, const MixerContext& ctx);
+  // o_proj false builds the attention half of a head_split block (intra_hybrid.md 4.2): the fusion
+  // owns the output projection, so forward and decode return the heads' output (B, T, Hq Dv).
+  AttentionMixer(const AttentionConfig& cfg, const MixerContext& ctx, bool o_proj = true);
   Var forward(const Var& x) override;
   std::unique_ptr<DecodeState> start_decode(int64_t batch, Device device, DType dtype) override;
   Var decode(const Var& x, DecodeState& state) override;
+  // The concatenated heads before o_proj, (B, T, Hq Dv): what a head_split block fuses.
+  Var heads(const Var& x);
+  Var decode_heads(const Var& x, DecodeState& state);
+  const Linear* o_proj() const { return o_proj_; }  // null when built without one
   const AttentionConfig& config() const { return cfg_; }
   int64_t cache_slot(int64_t position) const;
 
@@ -56,13 +62,14 @@ class AttentionMixer : public Mixer {
   };
   Qkv project(const Var& x, int64_t position_offset);
   AttentionParams core_params() const;
-  Var attend(const Qkv& qkv, const AttentionParams& p);
+  Var attend(const Qkv& qkv, const AttentionParams& p);  // the heads, (B, T, Hq Dv)
+  Var project_out(const Var& heads) const;
   Var decode_one(const Var& x, AttentionCache& cache);
   void reserve(AttentionCache& cache, int64_t slots);
 
   AttentionConfig cfg_;
   int64_t max_seq_len_;
-  Linear *q_proj_, *k_proj_, *v_proj_, *o_proj_;
+  Linear *q_proj_, *k_proj_, *v_proj_, *o_proj_ = nullptr;
   Var q_norm_, k_norm_, logit_scale_;
   RopeTable rope_;  // built on first use on the activations' device
 };
