@@ -1,12 +1,14 @@
 // The head_split config (intra_hybrid.md 4.8): the sizes of 4.1 derived from the blocks T and M for
 // every base of Table 6, the presets of 4.4, a resolved object resolving to itself without the
-// blocks, and every validation error of 4.1 and 4.8, at the mixer and in the form of config.md 8.2.
+// blocks, every validation error of 4.1 and 4.8 (at the mixer and in the form of config.md 8.2), and
+// the 1B models of 2.1 and 4.10 with their non-embedding counts.
 #include <catch2/catch.hpp>
 
 #include "layers/head_split/head_split_cases.h"
 #include "layers/head_split/head_split_config.h"
 #include "layers/mixer_test_util.h"
 #include "train/config_test_util.h"
+#include "train/model_from_config.h"
 
 using namespace hyb;
 using json = nlohmann::json;
@@ -239,4 +241,32 @@ TEST_CASE("a head_split error in a layout config reads SOURCE: PATH: PROBLEM wit
   REQUIRE(error_no_files(config(R"({"type": "head_split", "preset": "group_add2"})", t),
                          {"model.layers[3].mixer.fusion=\"conc\""}) ==
           "--set: model.layers[3].mixer.fusion: cannot be used here: preset \"group_add2\" sets fusion");
+}
+
+TEST_CASE("the Intra-H model of intra_hybrid.md 2.1 resolves to MMMXMMMMMXMMM with 0.9800B non-embedding parameters, "
+          "the all-X model of Table 5 to 0.9990B (0.9402B with one output projection)",
+          "[head_split][config]") {
+  auto model = [](const std::string& x, const std::string& layout) {
+    return R"({"model": {"vocab_size": 128256, "d_model": 2048, "max_seq_len": 8192, "norm_eps": 1e-5,
+        "tie_embeddings": true, "init": "gpt2", "init_std": 0.02,
+        "block": {"mlp": {"type": "swiglu", "intermediate_size": 8192}},
+        "blocks": {
+          "T": {"mixer": {"type": "attention", "num_heads": 32, "num_kv_heads": 8, "head_dim": 64, "rope_theta": 500000.0}},
+          "M": {"mixer": {"type": "mamba2", "d_ssm": 4096, "headdim": 128, "d_state": 128, "ngroups": 1, "d_conv": 4}},
+          "X": {"mixer": )" + x + R"(}},
+        "layout": )" + layout + R"(},
+      "data": {"train": "t.bin", "seq_len": 8192}, "train": {"batch_size": 256, "steps": 10, "optimizer": {"lr": 6e-4}}})";
+  };
+  const std::string x = R"({"type": "head_split", "dim_ratio": [1, 1], "preset": "group_diff2"})";
+  const RunConfig intra = config_test::resolve_no_files(model(x, R"({"generate": {"n_layers": 13, "base": "M",
+      "special": "X", "n_special": 2, "placement": "middle"}})"));
+  std::string codes;
+  for (const std::string& c : intra.layout_codes) codes += c;
+  REQUIRE(codes == "MMMXMMMMMXMMM");
+  REQUIRE(parameter_counts(intra).non_embedding == 980000128);
+  REQUIRE(parameter_counts(config_test::resolve_no_files(model(x, R"({"pattern": "XXXXXXXXXXXXXX"})"))).non_embedding ==
+          998953120);
+  const std::string one = R"({"type": "head_split", "preset": "group_diff1"})";
+  REQUIRE(parameter_counts(config_test::resolve_no_files(model(one, R"({"pattern": "XXXXXXXXXXXXXX"})"))).non_embedding ==
+          940232864);
 }
