@@ -49,8 +49,10 @@ TEST_CASE("the head_split mixer on cuda matches the cpu mixer for every preset: 
   for (const std::string& p : head_split_preset_names())
     variants.push_back({p, head_split_resolved({{"preset", p}}, cuda_blocks())});
   // The attention kernels compute in bf16 for f32 activations too (attention.md 4.4), so the f32 run
-  // has the attention half's bf16 accuracy.
-  require_cuda_mixer_matches_cpu(variants, build, {.f32 = 3e-2, .bf16 = 4e-2});
+  // has the attention half's bf16 accuracy. It draws the parameters at 0.1 like the bf16 run: rounding
+  // only q, k and v of this shape to bf16 moves the f64 attention output and gradients by up to 0.8%
+  // at 0.5 (logits of std 4) and 0.25% at 0.1 (measured on the CPU), before the kernels' own rounding.
+  require_cuda_mixer_matches_cpu(variants, build, {.tol_f32 = 2e-2, .tol_bf16 = 4e-2, .sd_f32 = 0.1});
 }
 
 TEST_CASE("head_split decoding on cuda equals the cuda parallel forward: single steps and a prefill of 17",
