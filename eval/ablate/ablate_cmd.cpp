@@ -143,6 +143,8 @@ std::map<std::string, ProbeEstimate> run_probes(const AblatePlan& plan, const st
     const double tps = r.value("tokens_per_s", 0.0);
     ProbeEstimate& e = est[keys[i]];
     e.step_s = tps > 0 ? tokens / tps : r.at("metrics").at("probe.train_s").get<double>() / steps;
+    // What the steady steps do not explain (process start, model build, the first step's one-off
+    // costs, the final validation and checkpoint) is paid once per unit.
     e.overhead_s = std::max(0.0, r.at("seconds").get<double>() - steps * e.step_s);
   }
   return est;

@@ -46,7 +46,7 @@ AblatePlan plan_suite(const AblateSuite& suite, const std::vector<int64_t>& seed
                       const std::string& out);
 
 // The resolved config of a probe: the unit's config cut to `steps` steps with a constant schedule, no
-// validation until the end and its output in `dir`.
+// validation until the end, a train record at half way and at the end, and its output in `dir`.
 Json probe_config(const Json& resolved, int64_t steps, const std::string& dir);
 
 }  // namespace hyb

@@ -16,7 +16,7 @@ namespace hyb {
 struct UnitOutcome {
   std::string status = "not run";  // "done", "diverged", "failed", "not run"
   std::string why;                  // failed, not run: the reason
-  Json result;                      // DIR/result.json when the unit finished
+  Json result = Json::object();     // DIR/result.json when the unit finished
 };
 
 struct AblateReport {
