@@ -256,6 +256,7 @@ AblateReport build_report(const AblateSuite& suite, const AblatePlan& plan, cons
   t += "\n" + summary + "\n";
   sum.add("seconds", seconds).add("holm", holm);
 
+  if (!suite.calibration.is_null()) t += "\nCalibration (ablations.md 2.5, chosen on the base row before the others ran): " + suite.calibration.dump() + "\n";
   if (!suite.deviations.empty()) {
     t += "\nDeviations from the paper's setup:\n";
     for (const std::string& d : suite.deviations) t += "- " + d + "\n";

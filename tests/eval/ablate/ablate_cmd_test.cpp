@@ -62,7 +62,8 @@ json tiny_suite(const std::string& d, double budget_s) {
                    {"strength", "primary"}, {"paper_delta", -0.1}},
                   {{"id", "eval-window/recall"}, {"column", "recall"}, {"a", "Full"}, {"b", "Full, window 2 at eval"}, {"expect", "tie"},
                    {"strength", "secondary"}}}},
-      {"deviations", {"a model of 32 channels"}}};
+      {"deviations", {"a model of 32 channels"}},
+      {"calibration", {{"steps", 6}, {"base_recall", 0.5}}}};
 }
 
 }  // namespace
@@ -83,6 +84,7 @@ TEST_CASE("hybrid ablate trains, evaluates and tabulates a suite; --resume reuse
   CHECK_THAT(r.output, Catch::Contains("| window/loss | primary | -0.10 |"));
   CHECK_THAT(r.output, Catch::Contains("primary: ") && Catch::Contains("secondary: "));
   CHECK_THAT(r.output, Catch::Contains("- a model of 32 channels"));
+  CHECK_THAT(r.output, Catch::Contains("Calibration (ablations.md 2.5, chosen on the base row before the others ran): {\"base_recall\":0.5,\"steps\":6}"));
   CHECK_THAT(r.output, Catch::Contains("- Window 4, paper: not in the paper"));
   CHECK(read_text(out / "table.md").find("| window/loss | primary |") != std::string::npos);
 
