@@ -45,23 +45,13 @@ std::string paper_number(const std::optional<double>& v) {
 
 struct Series {
   std::vector<double> values;
-  double mean() const {
-    double s = 0;
-    for (double v : values) s += v;
-    return values.empty() ? 0 : s / double(values.size());
-  }
-  double sd() const {
-    if (values.size() < 2) return 0;
-    const double m = mean();
-    double ss = 0;
-    for (double v : values) ss += (v - m) * (v - m);
-    return std::sqrt(ss / double(values.size() - 1));
-  }
+  double mean() const { return sample_moments(values).mean; }
+  double sd() const { return sample_moments(values).sd; }
 };
 
 class Results {
  public:
-  Results(const AblatePlan& plan, const std::vector<UnitOutcome>& outcomes) : plan_(plan), outcomes_(outcomes) {
+  Results(const AblatePlan& plan, const std::vector<UnitOutcome>& outcomes) : outcomes_(outcomes) {
     for (size_t i = 0; i < plan.units.size(); ++i) {
       const UnitSpec& s = plan.units[i].spec;
       index_[{s.row, s.task, s.seed}] = i;
@@ -89,7 +79,6 @@ class Results {
   }
 
  private:
-  const AblatePlan& plan_;
   const std::vector<UnitOutcome>& outcomes_;
   std::map<std::tuple<std::string, std::string, int64_t>, size_t> index_;
 };

@@ -61,6 +61,17 @@ double t_crit_95(int dof) {
   return 0.5 * (lo + hi);
 }
 
+Moments sample_moments(const std::vector<double>& x) {
+  Moments m;
+  if (x.empty()) return m;
+  m.mean = std::accumulate(x.begin(), x.end(), 0.0) / double(x.size());
+  if (x.size() < 2) return m;
+  double ss = 0;
+  for (double v : x) ss += (v - m.mean) * (v - m.mean);
+  m.sd = std::sqrt(ss / double(x.size() - 1));
+  return m;
+}
+
 ClaimStats decide_claim(const std::vector<double>& d, const std::string& expect, double delta_min, double eps) {
   ClaimStats s;
   s.n = int(d.size());
@@ -69,16 +80,15 @@ ClaimStats decide_claim(const std::vector<double>& d, const std::string& expect,
     s.reason = "n<2";
     return s;
   }
-  s.mean = std::accumulate(d.begin(), d.end(), 0.0) / s.n;
+  const Moments moments = sample_moments(d);
+  s.mean = moments.mean;
   if (s.n < 2) {
     s.lo = s.hi = s.mean;
     s.verdict = "NOT RESOLVED";
     s.reason = "n<2";
     return s;
   }
-  double ss = 0;
-  for (double x : d) ss += (x - s.mean) * (x - s.mean);
-  s.sd = std::sqrt(ss / (s.n - 1));
+  s.sd = moments.sd;
   s.se = s.sd / std::sqrt(double(s.n));
   s.crit = t_crit_95(s.n - 1);
   const double inf = std::numeric_limits<double>::infinity();

@@ -13,6 +13,12 @@ double t_crit_95(int dof);
 // P(T >= t) for Student's t with dof degrees of freedom (the one-sided p value, for Holm).
 double t_upper_tail(double t, int dof);
 
+// Mean and sample standard deviation (n - 1; 0 below two values).
+struct Moments {
+  double mean = 0, sd = 0;
+};
+Moments sample_moments(const std::vector<double>& x);
+
 struct ClaimStats {
   int n = 0;
   double mean = 0, sd = 0, se = 0, t = 0, crit = 0;

@@ -2,6 +2,7 @@
 // checks, defaults and messages of run configs; lists of objects are checked element by element.
 #include "eval/ablate/ablate_suite.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/config_table.h"
@@ -138,9 +139,8 @@ MetricRef parse_metric_ref(const std::string& text, const std::string& path) {
   size_t start = 0;
   for (size_t dot; (dot = text.find('.', start)) != std::string::npos; start = dot + 1) parts.push_back(text.substr(start, dot - start));
   parts.push_back(text.substr(start));
-  for (const std::string& p : parts)
-    if (p.empty() || parts.size() < 3)
-      throw ConfigKeyError(path, expected_problem("TASK.METRIC[.SPLIT].FIELD, e.g. lm.ppl.brown.val.loss", Json(text)));
+  if (parts.size() < 3 || std::find(parts.begin(), parts.end(), "") != parts.end())
+    throw ConfigKeyError(path, expected_problem("TASK.METRIC[.SPLIT].FIELD, e.g. lm.ppl.brown.val.loss", Json(text)));
   MetricRef m{parts[0], parts[1], "", parts.back(), text};
   for (size_t i = 2; i + 1 < parts.size(); ++i) m.split += (m.split.empty() ? "" : ".") + parts[i];
   return m;
@@ -165,16 +165,19 @@ std::vector<Override> parse_overrides(const Json& set, const std::string& path, 
   return out;
 }
 
+// The element whose `key` member is `name`, or null.
 template <class T>
-const T& find_named(const std::vector<T>& v, const std::string& name, const char* what, const std::string& (*key)(const T&)) {
+const T* find_by(const std::vector<T>& v, std::string T::*key, const std::string& name) {
   for (const T& x : v)
-    if (key(x) == name) return x;
-  throw Error(str_cat("ablate: no ", what, " named \"", name, "\""));
+    if (x.*key == name) return &x;
+  return nullptr;
 }
 
-const std::string& task_name(const AblateTask& t) { return t.name; }
-const std::string& row_name(const AblateRow& r) { return r.name; }
-const std::string& column_id(const AblateColumn& c) { return c.id; }
+template <class T>
+const T& named(const std::vector<T>& v, std::string T::*key, const std::string& name, const char* what) {
+  if (const T* x = find_by(v, key, name)) return *x;
+  throw Error(str_cat("ablate: no ", what, " named \"", name, "\""));
+}
 
 void parse_into(AblateSuite& s, const Json& written) {
   require_object(written, "");
@@ -223,8 +226,8 @@ void parse_into(AblateSuite& s, const Json& written) {
     col.paper = c["paper"].get<std::string>();
     col.paper_better = c["paper_better"].get<std::string>();
     col.ours_better = opt_string(c["ours_better"]);
-    for (const AblateColumn& other : s.columns)
-      if (other.id == col.id) throw ConfigKeyError(at + ".id", cannot_be_used_problem(str_cat("a second column named \"", col.id, "\"")));
+    if (find_by(s.columns, &AblateColumn::id, col.id))
+      throw ConfigKeyError(at + ".id", cannot_be_used_problem(str_cat("a second column named \"", col.id, "\"")));
     if (c["ours"].is_null()) {  // ablations.md 2.3: a paper column with no counterpart, shown as printed
       s.columns.push_back(std::move(col));
       continue;
@@ -233,7 +236,7 @@ void parse_into(AblateSuite& s, const Json& written) {
     col.ours = parse_metric_ref(c["ours"].get<std::string>(), at + ".ours");
     if (!task_names.count(col.ours.task))
       throw ConfigKeyError(at + ".ours", cannot_be_used_problem(str_cat("\"", col.ours.task, "\" is not a task of the suite")));
-    const AblateTask& task = find_named(s.tasks, col.ours.task, "task", task_name);
+    const AblateTask& task = named(s.tasks, &AblateTask::name, col.ours.task, "task");
     bool evaluated = false;
     for (const AblateEval& e : task.evals) evaluated = evaluated || (e.metric == col.ours.metric && e.split == col.ours.split);
     if (!evaluated)
@@ -287,15 +290,13 @@ void parse_into(AblateSuite& s, const Json& written) {
       row.match_params = mp;
     }
     for (const auto& [col, v] : r["paper"].items()) {
-      bool known = false;
-      for (const AblateColumn& c : s.columns) known = known || c.id == col;
-      if (!known) throw ConfigKeyError(join_path(at + ".paper", col), cannot_be_used_problem("not a column id of the suite"));
+      if (!find_by(s.columns, &AblateColumn::id, col))
+        throw ConfigKeyError(join_path(at + ".paper", col), cannot_be_used_problem("not a column id of the suite"));
       row.paper[col] = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
     }
     row.paper_note = r["paper_note"].get<std::string>();
     row.note = r["note"].get<std::string>();
-    for (const AblateRow& other : s.rows)
-      if (other.name == row.name) throw ConfigKeyError(at + ".name", cannot_be_used_problem("a second row of that name"));
+    if (find_by(s.rows, &AblateRow::name, row.name)) throw ConfigKeyError(at + ".name", cannot_be_used_problem("a second row of that name"));
     s.rows.push_back(std::move(row));
   }
   int bases = 0;
@@ -304,9 +305,8 @@ void parse_into(AblateSuite& s, const Json& written) {
   for (size_t i = 0; i < s.rows.size(); ++i)
     if (s.rows[i].match_params && !s.rows[i].match_params->target.empty()) {
       const std::string& target = s.rows[i].match_params->target;
-      bool known = false;
-      for (const AblateRow& r : s.rows) known = known || (r.name == target && r.trains());
-      if (!known) throw ConfigKeyError(str_cat("rows[", i, "].match_params.target"), cannot_be_used_problem(str_cat("no trained row named \"", target, "\"")));
+      const AblateRow* t = find_by(s.rows, &AblateRow::name, target);
+      if (!t || !t->trains()) throw ConfigKeyError(str_cat("rows[", i, "].match_params.target"), cannot_be_used_problem(str_cat("no trained row named \"", target, "\"")));
     }
 
   const std::vector<Json> claims = object_list(kClaimKeys, top["claims"], "claims", false);
@@ -322,16 +322,12 @@ void parse_into(AblateSuite& s, const Json& written) {
     cl.strength = c["strength"].get<std::string>();
     if (!c["eps"].is_null()) cl.eps = c["eps"].get<double>();
     if (!c["paper_delta"].is_null()) cl.paper_delta = c["paper_delta"].get<double>();
-    const AblateColumn* col = nullptr;
-    for (const AblateColumn& x : s.columns)
-      if (x.id == cl.column) col = &x;
+    const AblateColumn* col = find_by(s.columns, &AblateColumn::id, cl.column);
     if (!col) throw ConfigKeyError(at + ".column", cannot_be_used_problem(str_cat("\"", cl.column, "\" is not a column id")));
     if (!col->measured()) throw ConfigKeyError(at + ".column", cannot_be_used_problem(str_cat("column \"", cl.column, "\" has no `ours` to decide it")));
     for (const char* side : {"a", "b"}) {
       const std::string& name = side[0] == 'a' ? cl.a : cl.b;
-      bool known = false;
-      for (const AblateRow& r : s.rows) known = known || r.name == name;
-      if (!known) throw ConfigKeyError(join_path(at, side), cannot_be_used_problem(str_cat("no row named \"", name, "\"")));
+      if (!find_by(s.rows, &AblateRow::name, name)) throw ConfigKeyError(join_path(at, side), cannot_be_used_problem(str_cat("no row named \"", name, "\"")));
     }
     if (cl.a == cl.b) throw ConfigKeyError(at + ".b", cannot_be_used_problem("a claim compares two different rows"));
     s.claims.push_back(std::move(cl));
@@ -346,9 +342,9 @@ bool AblateRow::runs_task(const std::string& t) const {
   return false;
 }
 
-const AblateTask& AblateSuite::task(const std::string& name) const { return find_named(tasks, name, "task", task_name); }
-const AblateRow& AblateSuite::row(const std::string& name) const { return find_named(rows, name, "row", row_name); }
-const AblateColumn& AblateSuite::column(const std::string& id) const { return find_named(columns, id, "column", column_id); }
+const AblateTask& AblateSuite::task(const std::string& name) const { return named(tasks, &AblateTask::name, name, "task"); }
+const AblateRow& AblateSuite::row(const std::string& name) const { return named(rows, &AblateRow::name, name, "row"); }
+const AblateColumn& AblateSuite::column(const std::string& id) const { return named(columns, &AblateColumn::id, id, "column"); }
 const AblateRow& AblateSuite::base_row() const {
   for (const AblateRow& r : rows)
     if (r.base) return r;

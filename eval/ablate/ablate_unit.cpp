@@ -108,8 +108,8 @@ void run_search(const UnitSpec& u, const std::string& dir, Json& result) {
     for (int64_t l : layers) sel += (sel.empty() ? "" : ",") + std::to_string(l);
     return std::vector<std::string>{str_cat("model.layers[", sel, "].mixer.window=-1")};
   };
-  LoadedModel probe = load_model_from_checkpoint(u.checkpoint, {});
-  const int64_t n_layers = int64_t(probe.model->config().layers.size());
+  // The layer count from the run's resolved config (its explicit layer list), without loading weights.
+  const int64_t n_layers = int64_t(read_config_file((fs::path(u.checkpoint) / "config.json").string()).at("model").at("layers").size());
   std::string preset;
   for (const AblateEval& e : u.evals)
     if (e.metric == "mqar") preset = e.preset;
