@@ -9,6 +9,7 @@ namespace hyb {
 const char* unary_name(UnaryOp op) {
   switch (op) {
     case UnaryOp::silu: return "silu";
+    case UnaryOp::gelu: return "gelu";
     case UnaryOp::gelu_tanh: return "gelu_tanh";
     case UnaryOp::sigmoid: return "sigmoid";
     case UnaryOp::softplus: return "softplus";
@@ -68,6 +69,7 @@ Var affine(const char* op, const Var& x, double alpha, double beta) {
 }  // namespace
 
 Var silu(const Var& x) { return unary(UnaryOp::silu, x); }
+Var gelu(const Var& x) { return unary(UnaryOp::gelu, x); }
 Var gelu_tanh(const Var& x) { return unary(UnaryOp::gelu_tanh, x); }
 Var sigmoid(const Var& x) { return unary(UnaryOp::sigmoid, x); }
 Var softplus(const Var& x) { return unary(UnaryOp::softplus, x); }

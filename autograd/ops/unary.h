@@ -1,5 +1,7 @@
 // Pointwise activations, y = f(x) on any shape, and their hand-written backward (docs/ops.md):
 //   silu(x)       = x s,  s = sigmoid(x)                          dx = dy s (1 + x (1 - s))
+//   gelu(x)       = x Phi(x),  Phi(x) = erfc(-x/sqrt 2) / 2   (exact, PyTorch's default; pha.md 4.2)
+//                                          dx = dy (Phi(x) + x phi(x)),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
 //   gelu_tanh(x)  = x/2 (1 + tanh u),  u = sqrt(2/pi) (x + 0.044715 x^3)    (GPT-2's approximation)
 //                                          dx = dy (1/2 (1 + tanh u) + x/2 (1 - tanh^2 u) du/dx)
 //   sigmoid(x)    = 1 / (1 + exp(-x))                              dx = dy y (1 - y)      (saves y)
@@ -14,7 +16,7 @@
 
 namespace hyb {
 
-enum class UnaryOp { silu, gelu_tanh, sigmoid, softplus, logsigmoid, exp, log, relu };
+enum class UnaryOp { silu, gelu, gelu_tanh, sigmoid, softplus, logsigmoid, exp, log, relu };
 
 const char* unary_name(UnaryOp op);
 // exp and sigmoid write their derivative in terms of the output, so they save y instead of x.
@@ -31,6 +33,7 @@ Tensor unary_backward(const UnarySaved& s, const Tensor& dy);
 Tensor affine_forward(const Tensor& x, double alpha, double beta);
 
 Var silu(const Var& x);
+Var gelu(const Var& x);
 Var gelu_tanh(const Var& x);
 Var sigmoid(const Var& x);
 Var softplus(const Var& x);

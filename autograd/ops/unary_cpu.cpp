@@ -1,7 +1,8 @@
 // CPU reference of the pointwise ops (unary.h has the equations). One flat loop per op over
 // contiguous data with the formula inlined, so each loop vectorises; f32 uses exp_cpu (vectorisable),
 // f64 std::exp. gelu_tanh is computed as x sigmoid(2u), the same value as x/2 (1 + tanh u) without
-// the cancellation of 1 + tanh u for very negative x.
+// the cancellation of 1 + tanh u for very negative x; gelu's Phi is erfc(-x/sqrt 2) / 2 for the same
+// reason (1 + erf cancels there).
 #include <cmath>
 
 #include "autograd/ops/unary.h"
@@ -15,6 +16,8 @@ namespace {
 constexpr int64_t kGrain = 1 << 15;
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;
+constexpr double kSqrtHalf = 0.7071067811865476;    // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 constexpr double kSoftplusThreshold = 20.0;
 
 template <typename T>
@@ -55,9 +58,10 @@ Tensor map2_cpu(const Tensor& t0, const Tensor& dy0, F f) {
 Tensor unary_forward_cpu(UnaryOp op, const Tensor& x) {
   return visit_float(unary_name(op), x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T c = T(kGeluC), a = T(kGeluA), threshold = T(kSoftplusThreshold);
+    const T c = T(kGeluC), a = T(kGeluA), threshold = T(kSoftplusThreshold), h = T(kSqrtHalf);
     switch (op) {
       case UnaryOp::silu: return map_cpu<T>(x, [](T v) { return v / (T(1) + exp_cpu(-v)); });
+      case UnaryOp::gelu: return map_cpu<T>(x, [=](T v) { return v * (T(0.5) * std::erfc(-v * h)); });
       case UnaryOp::gelu_tanh:
         return map_cpu<T>(x, [=](T v) { return v * sigmoid_of(T(2) * c * (v + a * v * v * v)); });
       case UnaryOp::sigmoid: return map_cpu<T>(x, [](T v) { return sigmoid_of(v); });
@@ -77,11 +81,16 @@ Tensor unary_backward_cpu(const UnarySaved& s, const Tensor& dy) {
   return visit_float(unary_name(s.op), dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T c = T(kGeluC), a = T(kGeluA), threshold = T(kSoftplusThreshold);
+    const T h = T(kSqrtHalf), inv_sqrt_2pi = T(kInvSqrt2Pi);
     switch (s.op) {
       case UnaryOp::silu:
         return map2_cpu<T>(s.t, dy, [](T x, T g) {
           const T sg = sigmoid_of(x);
           return g * sg * (T(1) + x * (T(1) - sg));
+        });
+      case UnaryOp::gelu:
+        return map2_cpu<T>(s.t, dy, [=](T x, T g) {
+          return g * (T(0.5) * std::erfc(-x * h) + x * inv_sqrt_2pi * exp_cpu(T(-0.5) * x * x));
         });
       case UnaryOp::gelu_tanh:
         // d/dx [x q], q = sigmoid(2u):  q + x q (1 - q) 2 du/dx,  du/dx = c (1 + 3 a x^2).

@@ -65,6 +65,7 @@ int main() {
   const double silu_new = best_time(20, [&] { unary_forward(UnaryOp::silu, x); });
   const double sigmoid_new = best_time(20, [&] { unary_forward(UnaryOp::sigmoid, x); });
   const double gelu_new = best_time(20, [&] { unary_forward(UnaryOp::gelu_tanh, x); });
+  const double gelu_erf_new = best_time(20, [&] { unary_forward(UnaryOp::gelu, x); });
 
   report("copy into an existing buffer", copy_pre, bytes, copy_pre);
   report("silu loop into an existing buffer", silu_pre, bytes, copy_pre);
@@ -73,5 +74,6 @@ int main() {
   report("unary_forward silu (fresh output)", silu_new, bytes, copy_new);
   report("unary_forward sigmoid (fresh output)", sigmoid_new, bytes, copy_new);
   report("unary_forward gelu_tanh (fresh output)", gelu_new, bytes, copy_new);
+  report("unary_forward gelu, erfc (fresh output)", gelu_erf_new, bytes, copy_new);
   return 0;
 }

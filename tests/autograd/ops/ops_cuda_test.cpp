@@ -41,6 +41,7 @@ struct UnaryCase {
 std::vector<UnaryCase> unary_cases() {
   return {
       {"silu", [](const Var& x) { return silu(x); }, 0, 3},
+      {"gelu", [](const Var& x) { return gelu(x); }, 0, 3},
       {"gelu_tanh", [](const Var& x) { return gelu_tanh(x); }, 0, 3},
       {"sigmoid", [](const Var& x) { return sigmoid(x); }, 0, 3},
       {"softplus", [](const Var& x) { return softplus(x); }, 0, 12},
@@ -78,6 +79,33 @@ TEST_CASE("pointwise ops on cuda match the cpu reference, contiguous, unaligned 
     DYNAMIC_SECTION(c.name << " transposed (65, 37)") {
       require_parity([&](const std::vector<Var>& x) { return std::vector<Var>{c.op(transpose(x[0], 0, 1))}; },
                      {random_tensor({37, 65}, 3, DType::f64, c.std, c.mean)});
+    }
+  }
+}
+
+// Wide inputs (sigma 6) reach the tails, where normcdff and the CPU's erfc must agree on saturation.
+TEST_CASE("gelu on cuda matches the cpu reference into both tails, rows of 37 and 256", "[gelu][gpu]") {
+  for (int64_t C : {37, 256}) {
+    DYNAMIC_SECTION("(129, " << C << ")") {
+      require_parity([](const std::vector<Var>& x) { return std::vector<Var>{gelu(x[0])}; },
+                     {random_tensor({129, C}, 4, DType::f64, 6.0)});
+    }
+  }
+  SECTION("transposed (37, 65)") {
+    require_parity([](const std::vector<Var>& x) { return std::vector<Var>{gelu(transpose(x[0], 0, 1))}; },
+                   {random_tensor({65, 37}, 5, DType::f64, 6.0)});
+  }
+}
+
+TEST_CASE("gelu on cuda saturates to x and 0 with slopes 1 and 0 far out", "[gelu][gpu]") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    DYNAMIC_SECTION(dtype_name(dt)) {
+      const Device cuda = Device::cuda(0);
+      Var x(Tensor::from_vector<double>({-100.0, -30.0, 30.0, 100.0}, {4}).to(dt).to(cuda), true);
+      Var y = gelu(x);
+      backward(y, Tensor::full({4}, 1.0, dt, cuda));
+      REQUIRE(y.data().to(Device::cpu()).to_double_vector() == std::vector<double>{0.0, 0.0, 30.0, 100.0});
+      REQUIRE(x.grad().to(Device::cpu()).to_double_vector() == std::vector<double>{0.0, 0.0, 1.0, 1.0});
     }
   }
 }

@@ -19,7 +19,8 @@ struct UnaryCase {
   std::function<double(double)> ref;  // the direct formula, in f64
   double mean, std;                   // input distribution (log needs positive inputs)
   // Added to |want| in the relative error. 1 where the reference or the op cancels: gelu_tanh's tanh
-  // form loses absolute precision in 1 + tanh u near -1; x + c in f32 near x = -c.
+  // form loses absolute precision in 1 + tanh u near -1; x + c in f32 near x = -c. Also 1 for gelu:
+  // in its negative tail erfc(z) amplifies the f32 rounding of z = -x/sqrt 2 by 2 z^2 (1e-5 at x = -13).
   double floor = 1e-30;
 };
 
@@ -28,6 +29,8 @@ const double kPi = 3.14159265358979323846;
 std::vector<UnaryCase> unary_cases() {
   return {
       {"silu", [](const Var& x) { return silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, 0, 3},
+      {"gelu", [](const Var& x) { return gelu(x); }, [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); },
+       0, 3, 1.0},
       {"gelu_tanh", [](const Var& x) { return gelu_tanh(x); },
        [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x))); }, 0, 3, 1.0},
       {"sigmoid", [](const Var& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, 0, 3},
@@ -110,6 +113,53 @@ TEST_CASE("pointwise ops stay finite and accurate at large magnitudes", "[unary]
       REQUIRE(sg[3] == 1.0);
       REQUIRE(ls[0] == Approx(-100.0));
       REQUIRE(ls[2] == Approx(-std::exp(-30.0)).epsilon(1e-5));
+    }
+  }
+}
+
+// Values and slopes from x (1 + erf(x / sqrt 2)) / 2, the erf form PyTorch writes, evaluated separately in
+// double: an independent check of the erfc form the op computes.
+TEST_CASE("gelu is x Phi(x) with slope Phi(x) + x phi(x), exactly at known points", "[gelu][cpu]") {
+  const std::vector<double> xs = {-3.0, -1.0, -0.5, 0.25, 1.0, 2.5};
+  const std::vector<double> ys = {-0.00404969409489031, -0.15865525393145707, -0.15426876936299344,
+                                  0.14967658142073093,  0.8413447460685429,   2.4844758366855597};
+  const std::vector<double> slopes = {-0.01194564720418392, -0.08331547058768629, 0.13250487534383712,
+                                      0.695373354883636,    1.0833154705876864,   1.037611085908145};
+  for (DType dt : {DType::f64, DType::f32}) {
+    DYNAMIC_SECTION(dtype_name(dt)) {
+      Var x(Tensor::from_vector<double>(xs, {6}).to(dt), true);
+      Var y = gelu(x);
+      backward(y, Tensor::full({6}, 1.0, dt));
+      const double tol = dt == DType::f64 ? 1e-12 : 1e-6;
+      REQUIRE(max_rel_error(y.data().to_double_vector(), ys) < tol);
+      REQUIRE(max_rel_error(x.grad().to_double_vector(), slopes) < tol);
+    }
+  }
+}
+
+TEST_CASE("gelu's gradient matches finite differences on rows of 37", "[gelu][cpu][grad]") {
+  require_gradcheck([](const std::vector<Var>& x) { return std::vector<Var>{gelu(x[0])}; },
+                    {random_tensor({4, 37}, 108, DType::f64, 2.0, 0.3)});
+}
+
+// Phi is computed as erfc(-x / sqrt 2) / 2, so the negative tail keeps its relative precision where
+// 1 + erf would have cancelled to 0 (f32 to 2 z^2 ulp, z = -x/sqrt 2: the rounding of z), and the far
+// tails are the identity and 0 with slopes 1 and 0.
+TEST_CASE("gelu keeps relative precision in the negative tail and saturates in both", "[gelu][cpu]") {
+  for (DType dt : {DType::f64, DType::f32}) {
+    DYNAMIC_SECTION(dtype_name(dt)) {
+      Var x(Tensor::from_vector<double>({-100.0, -9.0, 30.0, 100.0}, {4}).to(dt), true);
+      Var y = gelu(x);
+      backward(y, Tensor::full({4}, 1.0, dt));
+      const std::vector<double> v = y.data().to_double_vector(), g = x.grad().to_double_vector();
+      const double tail = -9.0 * 0.5 * std::erfc(9.0 / std::sqrt(2.0));  // -1.016e-18
+      REQUIRE(v[0] == 0.0);
+      REQUIRE(v[1] == Approx(tail).epsilon(dt == DType::f64 ? 1e-13 : 2e-5));
+      REQUIRE(v[2] == 30.0);
+      REQUIRE(v[3] == 100.0);
+      REQUIRE(g[0] == 0.0);
+      REQUIRE(g[2] == 1.0);
+      REQUIRE(g[3] == 1.0);
     }
   }
 }
