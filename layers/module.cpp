@@ -65,6 +65,12 @@ void Module::initialize(uint64_t seed, const std::string& prefix) {
   for (auto& [name, child] : children_) child->initialize(seed, join(prefix, name));
 }
 
+void Module::override_init(const InitPick& pick, const std::string& prefix) {
+  for (Parameter& p : params_)
+    if (std::optional<ParamInit> init = pick(join(prefix, p.name), p.var.data().shape(), p.init)) p.init = std::move(*init);
+  for (auto& [name, child] : children_) child->override_init(pick, join(prefix, name));
+}
+
 void Module::set_training(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->set_training(on);

@@ -13,6 +13,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,12 @@ class Module {
   std::vector<NamedParameter> named_parameters(const std::string& prefix = "") const;
   int64_t num_parameters() const;
   void initialize(uint64_t seed, const std::string& prefix = "");
+  // Replaces the initial-value rule of every parameter below this module for which `pick` returns
+  // one (names relative to this module): a family that owns its block sets the rules of the modules
+  // it is built from (pha.md 8: Xavier-normal Linear weights, DeepNorm's beta on some of them).
+  using InitPick =
+      std::function<std::optional<ParamInit>(const std::string& name, const Shape& shape, const ParamInit& current)>;
+  void override_init(const InitPick& pick, const std::string& prefix = "");
   void set_training(bool on);
   bool training() const { return training_; }
 

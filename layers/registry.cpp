@@ -12,6 +12,8 @@
 #include "layers/mamba2/mamba2_config.h"
 #include "layers/nha/nha.h"
 #include "layers/nha/nha_config.h"
+#include "layers/pha/pha.h"
+#include "layers/pha/pha_config.h"
 #include "layers/softmax_attention/attention.h"
 #include "layers/softmax_attention/attention_config.h"
 
@@ -25,6 +27,7 @@ const LayerEntry kLayers[] = {
     {"gsa", make_gsa_mixer, resolve_gsa_config, &kGsaKeys},
     {"nha", make_nha_mixer, resolve_nha_config, &kNhaKeys},
     {"head_split", make_head_split_mixer, resolve_head_split_config, &kHeadSplitKeys},
+    {"pha", nullptr, resolve_pha_config, &kPhaKeys, make_pha_block},
 };
 }  // namespace
 
@@ -47,6 +50,7 @@ std::unique_ptr<Mixer> make_mixer(const nlohmann::json& mixer, const MixerContex
   const std::string type = mixer.at("type").get<std::string>();
   const LayerEntry* e = find_layer(type);
   HYB_CHECK(e, "layer ", ctx.layer_index, ": unknown mixer type \"", type, "\"");
+  HYB_CHECK(e->make_mixer, "layer ", ctx.layer_index, ": a \"", type, "\" mixer builds its own block, not a mixer of the standard block");
   return e->make_mixer(mixer, ctx);
 }
 

@@ -13,17 +13,20 @@
 
 #include "core/config_table.h"
 #include "layers/layer_config.h"
-#include "layers/mixer.h"
+#include "layers/block.h"
 
 namespace hyb {
 
 struct LayerEntry {
   const char* type;  // the config's mixer.type
+  // Builds the mixer of a standard block; null for a family that builds its whole block.
   std::unique_ptr<Mixer> (*make_mixer)(const nlohmann::json& mixer, const MixerContext& ctx);
   // Checks `mixer` (its `type` already matches) and replaces it by the resolved object: every key
   // of the family in table order, defaults filled, derived values written out.
   void (*resolve_config)(Json& mixer, const LayerConfigContext& ctx);
   const KeyTable* keys;
+  // A family that replaces the block equations (config.md 3.2: pha) builds the block itself.
+  std::unique_ptr<Block> (*make_block)(const LayerSpec& spec, const BlockContext& ctx) = nullptr;
 };
 
 std::span<const LayerEntry> layer_entries();

@@ -8,24 +8,34 @@
 #include "autograd/ops/shape_ops.h"
 #include "autograd/ops/matmul.h"
 #include "layers/loss/cross_entropy_op.h"
+#include "layers/registry.h"
 
 namespace hyb {
 
-Block::Block(const LayerSpec& spec, const LmConfig& cfg, int64_t index) {
-  MixerContext ctx{cfg.d_model, int64_t(cfg.layers.size()), index, cfg.max_seq_len, cfg.init_std, cfg.init,
-                   spec.mlp_type != "none"};
-  mixer_norm_ = register_module("mixer_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
-  mixer_ = register_module("mixer", make_mixer(spec.mixer, ctx));
+namespace {
+
+std::unique_ptr<Block> make_block(const LayerSpec& spec, const BlockContext& ctx) {
+  const LayerEntry* e = find_layer(spec.mixer.at("type").get<std::string>());
+  if (e && e->make_block) return e->make_block(spec, ctx);
+  return std::make_unique<PreNormBlock>(spec, ctx);
+}
+
+}  // namespace
+
+PreNormBlock::PreNormBlock(const LayerSpec& spec, const BlockContext& ctx) {
+  const MixerContext& m = ctx.mixer;
+  mixer_norm_ = register_module("mixer_norm", std::make_unique<RmsNorm>(m.d_model, ctx.norm_eps));
+  mixer_ = register_module("mixer", make_mixer(spec.mixer, m));
   if (spec.mlp_type == "swiglu") {
-    mlp_norm_ = register_module("mlp_norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
-    mlp_ = register_module("mlp", std::make_unique<SwigluMlp>(cfg.d_model, spec.intermediate_size, cfg.init_std,
-                                                              ctx.residual_std()));
+    mlp_norm_ = register_module("mlp_norm", std::make_unique<RmsNorm>(m.d_model, ctx.norm_eps));
+    mlp_ = register_module("mlp", std::make_unique<SwigluMlp>(m.d_model, spec.intermediate_size, m.init_std,
+                                                              m.residual_std()));
   } else {
-    HYB_CHECK(spec.mlp_type == "none", "layer ", index, ": unknown mlp type \"", spec.mlp_type, "\"");
+    HYB_CHECK(spec.mlp_type == "none", "layer ", m.layer_index, ": unknown mlp type \"", spec.mlp_type, "\"");
   }
 }
 
-Var Block::forward(const Var& x) {
+Var PreNormBlock::forward(const Var& x) {
   Var h;
   {
     ModuleScope scope("mixer");
@@ -36,7 +46,7 @@ Var Block::forward(const Var& x) {
   return add(h, mlp_->forward(mlp_norm_->forward(h)));
 }
 
-Var Block::decode(const Var& x, DecodeState& state) {
+Var PreNormBlock::decode(const Var& x, DecodeState& state) {
   Var h = add(x, mixer_->decode(mixer_norm_->forward(x), state));
   return mlp_ ? add(h, mlp_->forward(mlp_norm_->forward(h))) : h;
 }
@@ -54,8 +64,13 @@ Backbone::Backbone(const LmConfig& cfg) : cfg_(cfg) {
   embeddings_ = register_module("embeddings", std::make_unique<Embedding>(cfg.vocab_size, cfg.d_model,
                                                                           ParamInit::normal(emb_std)));
   auto layers = std::make_unique<ModuleList>();
-  for (size_t i = 0; i < cfg.layers.size(); ++i)
-    blocks_.push_back(layers->add(std::to_string(i), std::make_unique<Block>(cfg.layers[i], cfg, int64_t(i))));
+  for (size_t i = 0; i < cfg.layers.size(); ++i) {
+    const LayerSpec& spec = cfg.layers[i];
+    const BlockContext ctx{{cfg.d_model, int64_t(cfg.layers.size()), int64_t(i), cfg.max_seq_len, cfg.init_std, cfg.init,
+                            spec.mlp_type != "none"},
+                           cfg.norm_eps, cfg.seed, &rng_step_};
+    blocks_.push_back(layers->add(std::to_string(i), make_block(spec, ctx)));
+  }
   register_module("layers", std::move(layers));
   norm_ = register_module("norm", std::make_unique<RmsNorm>(cfg.d_model, cfg.norm_eps));
 }

@@ -8,18 +8,12 @@
 #include <memory>
 #include <vector>
 
+#include "layers/block.h"
 #include "layers/embedding/embedding.h"
-#include "layers/mixer.h"
 #include "layers/mlp/mlp.h"
 #include "layers/norm/rmsnorm.h"
 
 namespace hyb {
-
-struct LayerSpec {
-  nlohmann::json mixer;             // resolved mixer object, with "type"
-  std::string mlp_type = "swiglu";  // "swiglu" or "none"
-  int64_t intermediate_size = 0;
-};
 
 struct LmConfig {
   int64_t vocab_size = 0;   // rows of the embedding (padded vocabulary)
@@ -36,12 +30,13 @@ struct LmConfig {
   std::vector<LayerSpec> layers;
 };
 
-class Block : public Module {
+// The standard block: h = x + Mixer(RMSNorm(x)); y = h + MLP(RMSNorm(h)).
+class PreNormBlock : public Block {
  public:
-  Block(const LayerSpec& spec, const LmConfig& cfg, int64_t index);
-  Var forward(const Var& x);
-  Var decode(const Var& x, DecodeState& state);
-  Mixer& mixer() { return *mixer_; }
+  PreNormBlock(const LayerSpec& spec, const BlockContext& ctx);
+  Var forward(const Var& x) override;
+  Var decode(const Var& x, DecodeState& state) override;
+  Mixer& mixer() override { return *mixer_; }
 
  private:
   RmsNorm* mixer_norm_;

@@ -91,7 +91,7 @@ TEST_CASE("every message shape of config.md 8.2 comes from a config that trigger
   }
   SECTION("an unknown layer type lists the registry") {
     REQUIRE(error_no_files(config(R"({"d_model": 64, "num_layers": 3, "block": {"mixer": {"type": "nha2", "num_heads": 2}}})")) ==
-            "configs/x.json: model.block.mixer.type: expected a layer type (attention, gated_deltanet, gsa, head_split, mamba2, nha), got \"nha2\" (in model.layers[*])");
+            "configs/x.json: model.block.mixer.type: expected a layer type (attention, gated_deltanet, gsa, head_split, mamba2, nha, pha), got \"nha2\" (in model.layers[*])");
   }
   SECTION("batch size against grad_accum and ranks") {
     ResolveOptions two;

@@ -1,5 +1,5 @@
-// The shipped Mamba2 and Gated DeltaNet configs: each resolves, and builds the model its spec
-// describes (parameter counts from mamba2.md 2.1, gated_deltanet.md 2.1 and config.md 10.3).
+// The shipped model configs: each resolves, and builds the model its spec describes (parameter counts
+// from mamba2.md 2.1, gated_deltanet.md 2.1, config.md 10.1 to 10.4 and pha.md 10, 11).
 #include <catch2/catch.hpp>
 
 #include "config_test_util.h"
@@ -13,22 +13,23 @@ using namespace hyb::config_test;
 namespace {
 
 struct Counts {
-  int64_t non_embedding = 0;
+  int64_t total = 0, non_embedding = 0;
   std::vector<std::string> types;  // mixer type per layer
   std::vector<nlohmann::json> mixers;
 };
 
 // The config file as a GPU run would resolve it (bf16 needs a visible GPU; shards are not read),
 // and its model built without values.
-Counts build(const std::string& file) {
+Counts build(const std::string& file, const std::vector<std::string>& sets = {}) {
   ResolveOptions o;
   o.check_files = false;
   o.cuda_devices = 1;
-  const RunConfig rc = resolve(read_file(str_cat(HYBRID_SOURCE_DIR, "/", file)), {}, file, o);
+  const RunConfig rc = resolve(read_file(str_cat(HYBRID_SOURCE_DIR, "/", file)), sets, file, o);
   const LmConfig cfg = lm_config_from_run(rc);
   ParameterScope scope(Device::cpu());
   CausalLM lm(cfg);
   Counts c;
+  c.total = lm.num_parameters();
   for (const auto& p : lm.named_parameters())
     if (p.name != "model.embeddings.weight" && p.name != "lm_head.weight") c.non_embedding += p.var.numel();
   for (const LayerSpec& l : cfg.layers) {
@@ -96,4 +97,38 @@ TEST_CASE("the quickstart is config.md 10.1's model: 1,083,008 non-embedding par
   REQUIRE(c.non_embedding == 1083008);
   REQUIRE(c.types.size() == 4);
   for (size_t i = 0; i < 4; ++i) REQUIRE(c.mixers[i].at("window") == (i == 3 ? -1 : 16));
+}
+
+TEST_CASE("the PHA configs have pha.md 10's parameter counts: 90M, 125M and 180M with the vocabulary padded to 50304",
+          "[config][presets][pha]") {
+  const Counts c90 = build("configs/pha_90m_wt103.json");
+  REQUIRE(c90.total == 90036154);
+  REQUIRE(c90.non_embedding == 65890234);
+  const Counts c125 = build("configs/pha_125m_wt103.json");
+  REQUIRE(c125.total == 125237348);
+  REQUIRE(c125.non_embedding == 94652516);
+  const Counts c180 = build("configs/pha_180m_wt103.json");
+  REQUIRE(c180.total == 180419990);
+  REQUIRE(c180.non_embedding == 141786518);
+  for (const Counts* c : {&c90, &c125, &c180})
+    for (const std::string& t : c->types) REQUIRE(t == "pha");
+}
+
+TEST_CASE("the PHA ablation variants of pha.md 11 have its parameter counts (V = 50257: the padded rows subtracted)",
+          "[config][presets][pha]") {
+  const int64_t pad = (50304 - 50257) * 768;
+  REQUIRE(build("configs/pha_sequential_wt103.json").total - pad == 185719440);
+  const std::pair<const char*, int64_t> rows[] = {
+      {"[\"attn\"]", 98586744},        {"[\"attn\",\"gss\",\"ffn\"]", 180383894}, {"[\"attn\",\"ffn\"]", 120712844},
+      {"[\"attn\",\"gss\"]", 158257804}, {"[\"gss\",\"ffn\"]", 164647444},         {"[\"gss\"]", 142521344},
+  };
+  for (const auto& [branches, want] : rows) {
+    INFO(branches);
+    REQUIRE(build("configs/pha_180m_wt103.json", {str_cat("model.block.mixer.branches=", branches)}).total - pad == want);
+  }
+}
+
+TEST_CASE("the PHA quickstart resolves to 4 PHA blocks", "[config][presets][pha]") {
+  const Counts c = build("configs/pha_quickstart.json");
+  REQUIRE(c.types == std::vector<std::string>(4, "pha"));
 }

@@ -1,11 +1,6 @@
 // Parameter groups: syntax checks at resolution, matching once the parameter names exist.
 #include "train/config/config_param_groups.h"
 
-#include <fnmatch.h>
-
-#include <algorithm>
-#include <cctype>
-
 namespace hyb {
 
 namespace {
@@ -30,15 +25,6 @@ const KeyTable kParamGroupKeys{"param group", nullptr, {
      .default_doc = "null: not set by this entry (1)", .doc = "learning-rate multiplier of the matched parameters"},
 }};
 
-Json check_param_glob(const Json& v, const std::string& path) {
-  const std::string glob = v.is_string() ? v.get<std::string>() : std::string();
-  const bool ok = !glob.empty() && std::all_of(glob.begin(), glob.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '*' || c == '?';
-  });
-  if (!ok) throw ConfigKeyError(path, expected_problem("a glob of parameter names (letters, digits, _, ., * and ?)", v));
-  return v;
-}
-
 Json check_param_groups(const Json& v, const std::string& path) {
   if (!v.is_array()) throw ConfigKeyError(path, expected_problem("a list of {\"params\", \"weight_decay\", \"lr_mult\"}", v));
   Json out = Json::array();
@@ -51,10 +37,6 @@ Json check_param_groups(const Json& v, const std::string& path) {
     out.push_back(std::move(g));
   }
   return out;
-}
-
-bool param_glob_matches(const std::string& glob, const std::string& name) {
-  return ::fnmatch(glob.c_str(), name.c_str(), 0) == 0;
 }
 
 std::vector<ParamSetting> resolve_param_settings(double weight_decay, const std::vector<ParamGroup>& groups,

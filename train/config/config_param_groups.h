@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/config_table.h"
+#include "core/param_glob.h"
 #include "layers/module.h"
 
 namespace hyb {
@@ -17,9 +18,6 @@ extern const KeyTable kParamGroupKeys;
 
 // The check of the param_groups list (a custom key of the optimizer table).
 Json check_param_groups(const Json& v, const std::string& path);
-// One glob of parameter names: letters, digits, '_', '.', '*' and '?'.
-Json check_param_glob(const Json& v, const std::string& path);
-bool param_glob_matches(const std::string& glob, const std::string& name);
 
 struct ParamGroup {
   std::vector<std::string> globs;

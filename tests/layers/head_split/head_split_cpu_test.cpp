@@ -103,7 +103,7 @@ TEST_CASE("head_split at 1B (1, 1) has the counts of 4.7: mixer 21,017,904, bloc
     cfg.max_seq_len = 8192;
     cfg.init = "gpt2";
     cfg.layers = {{head_split_resolved({{"preset", preset}}, blocks, d, 13), "swiglu", 8192}};
-    return Block(cfg.layers[0], cfg, 0).num_parameters();
+    return CausalLM(cfg).backbone().blocks()[0]->num_parameters();
   };
   REQUIRE(build(head_split_resolved({{"preset", "group_diff2"}}, blocks, d), d)->num_parameters() == halves + d * (D_T + D_M));
   REQUIRE(halves + d * (D_T + D_M) == 21017904);
