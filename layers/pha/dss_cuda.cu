@@ -129,29 +129,34 @@ void run_fft(cufftType type, int64_t n, int64_t batch, const Tensor& in, const T
 // Forward
 // ---------------------------------------------------------------------------------------------
 
+// The kernel parameters, f32 on the device, as every parameter-side kernel reads them.
+struct DssParams {
+  const float *lre, *lim;  // (Ns,)
+  const float *cre, *cim;  // (Hs, Ns)
+  int64_t Hs, Ns;
+  bool imag_exp;
+};
+
 // coeff (Hs, 2 Ns) = [Re C' | -Im C'], C' = C Bz with Bz in fp64 (dss_mode.h). One thread per (c, n).
-__global__ void dss_forward_coeff_kernel(const float* __restrict__ lre, const float* __restrict__ lim,
-                                         const float* __restrict__ cre, const float* __restrict__ cim,
-                                         float* __restrict__ coeff, int64_t Hs, int64_t Ns, bool imag_exp) {
+__global__ void dss_forward_coeff_kernel(DssParams p, float* __restrict__ coeff) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= Hs * Ns) return;
-  const int64_t c = i / Ns, n = i % Ns;
-  const DssMode m = dss_mode(lre[n], lim[n], imag_exp);
-  const Cd cbar = cd_mul({cre[i], cim[i]}, m.bz);
-  coeff[c * 2 * Ns + n] = float(cbar.re);
-  coeff[c * 2 * Ns + Ns + n] = float(-cbar.im);
+  if (i >= p.Hs * p.Ns) return;
+  const int64_t c = i / p.Ns, n = i % p.Ns;
+  const DssMode m = dss_mode(p.lre[n], p.lim[n], p.imag_exp);
+  const Cd cbar = cd_mul({p.cre[i], p.cim[i]}, m.bz);
+  coeff[c * 2 * p.Ns + n] = float(cbar.re);
+  coeff[c * 2 * p.Ns + p.Ns + n] = float(-cbar.im);
 }
 
 // basis (2 Ns, n) = [Re S; Im S], S[m, l] = exp(l Lambda_m) in fp64 for l < T, zero for T <= l < n.
 // Grid (ceil(n / 256), Ns), a thread per lag: coalesced rows.
-__global__ void dss_forward_basis_kernel(const float* __restrict__ lre, const float* __restrict__ lim,
-                                         float* __restrict__ basis, int64_t Ns, int64_t T, int64_t n, bool imag_exp) {
+__global__ void dss_forward_basis_kernel(DssParams p, float* __restrict__ basis, int64_t T, int64_t n) {
   const int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, m = blockIdx.y;
   if (l >= n) return;
   Cd s{0, 0};
-  if (l < T) s = dss_power(dss_lambda(lre[m], lim[m], imag_exp), l);
+  if (l < T) s = dss_power(dss_lambda(p.lre[m], p.lim[m], p.imag_exp), l);
   basis[m * n + l] = float(s.re);
-  basis[(Ns + m) * n + l] = float(s.im);
+  basis[(p.Ns + m) * n + l] = float(s.im);
 }
 
 // dst (B, Hs, n) = src (B, T, Hs) transposed, zero for t >= T: the R2C input of v or dy.
@@ -241,13 +246,10 @@ __global__ void dss_backward_lag_kernel(float* __restrict__ gz, float* __restric
 }
 
 struct ParamBackwardArgs {
-  const float* p;           // (2 Hs, 2 Ns): gz @ basis^T; top [Re g_C' | -Im g_C'], bottom [Re M | -Im M]
-  const float *lre, *lim;   // (Ns,)
-  const float *cre, *cim;   // (Hs, Ns)
-  float *dlre, *dlim;       // (Ns,) or null when not wanted
-  float *dcre, *dcim;       // (Hs, Ns) or null when not wanted
-  int64_t Hs, Ns;
-  bool imag_exp;
+  DssParams in;
+  const float* p;      // (2 Hs, 2 Ns): gz @ basis^T; top [Re g_C' | -Im g_C'], bottom [Re M | -Im M]
+  float *dlre, *dlim;  // (Ns,) or null when not wanted
+  float *dcre, *dcim;  // (Hs, Ns) or null when not wanted
 };
 
 // 4.6 per mode: g_C = conj(Bz) g_C', g_LambdaS = sum_c conj(C') M, g_Bz = sum_c conj(C) g_C',
@@ -256,16 +258,17 @@ struct ParamBackwardArgs {
 // fp64, each thread over c = y, y + 8, ..., then the 8 rows added in order through shared memory.
 __global__ void dss_backward_param_kernel(ParamBackwardArgs a) {
   __shared__ double s_sum[4][kChannelRows][kModeLanes];  // Re, Im of g_LambdaS and g_Bz
+  const DssParams& q = a.in;
   const int64_t n = int64_t(blockIdx.x) * kModeLanes + threadIdx.x;
-  const int64_t twoNs = 2 * a.Ns;
+  const int64_t twoNs = 2 * q.Ns;
   double acc[4] = {0, 0, 0, 0};
-  if (n < a.Ns) {
-    const DssMode m = dss_mode(a.lre[n], a.lim[n], a.imag_exp);
-    for (int64_t c = threadIdx.y; c < a.Hs; c += kChannelRows) {
-      const Cd g_cbar{a.p[c * twoNs + n], -a.p[c * twoNs + a.Ns + n]};
-      const Cd moment{a.p[(a.Hs + c) * twoNs + n], -a.p[(a.Hs + c) * twoNs + a.Ns + n]};
-      const int64_t i = c * a.Ns + n;
-      const Cd C{a.cre[i], a.cim[i]};
+  if (n < q.Ns) {
+    const DssMode m = dss_mode(q.lre[n], q.lim[n], q.imag_exp);
+    for (int64_t c = threadIdx.y; c < q.Hs; c += kChannelRows) {
+      const Cd g_cbar{a.p[c * twoNs + n], -a.p[c * twoNs + q.Ns + n]};
+      const Cd moment{a.p[(q.Hs + c) * twoNs + n], -a.p[(q.Hs + c) * twoNs + q.Ns + n]};
+      const int64_t i = c * q.Ns + n;
+      const Cd C{q.cre[i], q.cim[i]};
       const Cd g_lambda_s = cd_conj_mul(cd_mul(C, m.bz), moment), g_bz = cd_conj_mul(C, g_cbar);
       acc[0] += g_lambda_s.re;
       acc[1] += g_lambda_s.im;
@@ -276,17 +279,17 @@ __global__ void dss_backward_param_kernel(ParamBackwardArgs a) {
       if (a.dcim) a.dcim[i] = float(g_c.im);
     }
   }
-  for (int q = 0; q < 4; ++q) s_sum[q][threadIdx.y][threadIdx.x] = acc[q];
+  for (int k = 0; k < 4; ++k) s_sum[k][threadIdx.y][threadIdx.x] = acc[k];
   __syncthreads();
-  if (threadIdx.y != 0 || n >= a.Ns) return;
+  if (threadIdx.y != 0 || n >= q.Ns) return;
   double sum[4] = {0, 0, 0, 0};
   for (int r = 0; r < kChannelRows; ++r)
-    for (int q = 0; q < 4; ++q) sum[q] += s_sum[q][r][threadIdx.x];
-  const DssMode m = dss_mode(a.lre[n], a.lim[n], a.imag_exp);
+    for (int k = 0; k < 4; ++k) sum[k] += s_sum[k][r][threadIdx.x];
+  const DssMode m = dss_mode(q.lre[n], q.lim[n], q.imag_exp);
   const Cd via_bz = cd_conj_mul(m.dbz, {sum[2], sum[3]});
   const Cd g_lambda{sum[0] + via_bz.re, sum[1] + via_bz.im};
   if (a.dlre) a.dlre[n] = float(-m.a * g_lambda.re);
-  if (a.dlim) a.dlim[n] = float((a.imag_exp ? m.omega : 1.0) * g_lambda.im);
+  if (a.dlim) a.dlim[n] = float((q.imag_exp ? m.omega : 1.0) * g_lambda.im);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,6 +312,11 @@ DssShape dss_shape(const DssInputs& in, const char* op) {
 }
 
 int blocks_for(int64_t n) { return int((n + kThreads - 1) / kThreads); }
+
+// The parameters' pointers; the tensors must be contiguous and outlive the launches.
+DssParams dss_params(const Tensor& lre, const Tensor& lim, const Tensor& cre, const Tensor& cim, bool imag_exp) {
+  return {lre.data<float>(), lim.data<float>(), cre.data<float>(), cim.data<float>(), cre.size(0), cre.size(1), imag_exp};
+}
 
 // (B, T, Hs) -> (B, Hs, n) zero-padded, for the R2C.
 Tensor pad_transpose(const Tensor& x, const DssShape& s, cudaStream_t stream) {
@@ -352,15 +360,13 @@ Tensor dss_forward_cuda(const DssInputs& in0, DssSaved* saved) {
   cudaStream_t stream = current_stream(dev.index);
 
   // 4.5 step 1: the kernel, K^T (Hs, n) = coeff (Hs, 2 Ns) @ basis (2 Ns, n), zero from lag T on.
+  const DssParams params = dss_params(in.lambda_re, in.lambda_im, in.c_re, in.c_im, in.lambda_imag_exp);
   Tensor coeff = Tensor::empty({s.Hs, 2 * s.Ns}, DType::f32, dev);
-  dss_forward_coeff_kernel<<<blocks_for(s.Hs * s.Ns), kThreads, 0, stream>>>(
-      in.lambda_re.data<float>(), in.lambda_im.data<float>(), in.c_re.data<float>(), in.c_im.data<float>(),
-      coeff.data<float>(), s.Hs, s.Ns, in.lambda_imag_exp);
+  dss_forward_coeff_kernel<<<blocks_for(s.Hs * s.Ns), kThreads, 0, stream>>>(params, coeff.data<float>());
   HYB_CUDA_LAUNCH_CHECK("dss_forward_coeff_kernel", blocks_for(s.Hs * s.Ns), kThreads, 0);
   Tensor basis = Tensor::empty({2 * s.Ns, s.n}, DType::f32, dev);
   const dim3 bgrid(unsigned(blocks_for(s.n)), unsigned(s.Ns));
-  dss_forward_basis_kernel<<<bgrid, kThreads, 0, stream>>>(in.lambda_re.data<float>(), in.lambda_im.data<float>(),
-                                                           basis.data<float>(), s.Ns, s.T, s.n, in.lambda_imag_exp);
+  dss_forward_basis_kernel<<<bgrid, kThreads, 0, stream>>>(params, basis.data<float>(), s.T, s.n);
   HYB_CUDA_LAUNCH_CHECK("dss_forward_basis_kernel", bgrid, kThreads, 0);
   Tensor kt = Tensor::empty({s.Hs, s.n}, DType::f32, dev);
   matmul_into(kt, coeff, basis, false, false);
@@ -431,9 +437,8 @@ DssGrads dss_backward_cuda(const DssSaved& saved, const Tensor& dy0, GradMask ne
     g.dc_re = want(3, {s.Hs, s.Ns});
     g.dc_im = want(4, {s.Hs, s.Ns});
     auto ptr = [](const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; };
-    const ParamBackwardArgs args{p.data<float>(), lre.data<float>(), lim.data<float>(), cre.data<float>(),
-                                 cim.data<float>(), ptr(g.dlambda_re), ptr(g.dlambda_im), ptr(g.dc_re),
-                                 ptr(g.dc_im), s.Hs, s.Ns, in.lambda_imag_exp};
+    const ParamBackwardArgs args{dss_params(lre, lim, cre, cim, in.lambda_imag_exp), p.data<float>(),
+                                 ptr(g.dlambda_re), ptr(g.dlambda_im), ptr(g.dc_re), ptr(g.dc_im)};
     const dim3 grid(unsigned((s.Ns + kModeLanes - 1) / kModeLanes)), block(kModeLanes, kChannelRows);
     dss_backward_param_kernel<<<grid, block, 0, stream>>>(args);
     HYB_CUDA_LAUNCH_CHECK("dss_backward_param_kernel", grid, block, 0);
