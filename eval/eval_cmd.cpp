@@ -6,7 +6,8 @@
 // before the model is built (a layer's window can change; a shape change fails at load naming the
 // tensor). The record goes to DIR/eval.jsonl (or --out). `hybrid eval mqar ...` is the MQAR recall
 // evaluation (eval/mqar_cmd.cpp), `hybrid eval niah ...` the needle test (eval/niah_cmd.cpp);
-// `hybrid eval ppl ...` names this default.
+// `hybrid eval probes ...` the PHA mixing table (eval/probes_cmd.cpp); `hybrid eval ppl ...` names
+// this default.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -28,12 +29,14 @@ namespace fs = std::filesystem;
 
 int cmd_eval_mqar(Args& args);
 int cmd_eval_niah(Args& args);
+int cmd_eval_probes(Args& args);
 
 int cmd_eval(Args& args) {
   const std::optional<std::string> sub = args.subcommand();
   if (sub == "mqar") return cmd_eval_mqar(args);
   if (sub == "niah") return cmd_eval_niah(args);
-  HYB_CHECK(!sub || sub == "ppl", "eval: unknown evaluation \"", *sub, "\" (ppl, mqar or niah)");
+  if (sub == "probes") return cmd_eval_probes(args);
+  HYB_CHECK(!sub || sub == "ppl", "eval: unknown evaluation \"", *sub, "\" (ppl, mqar, niah or probes)");
   const std::string dir = args.value("--checkpoint");
   std::vector<std::string> data = args.values("--data");
   std::vector<std::string> sets = args.values("--set");

@@ -23,7 +23,7 @@ const CliCommand kCommands[] = {
     {"ablate", "train and evaluate every row of a paper's ablation table and print it with verdicts: ablate SUITE.json [--seeds 0,1,2] [--rows ...] [--resume RUNDIR] [--dry-run] [--jobs K]", cmd_ablate},
     {"bench", "time the CUDA kernels against the copy and GEMM ceilings (bench ops), or one decode step at a long context (bench decode)", cmd_bench},
     {"config", "show the resolved config: config show FILE [--set PATH=VALUE ...] [--layers | --params]; config keys", cmd_config},
-    {"eval", "loss, perplexity and bits per byte of a checkpoint: eval --checkpoint DIR [--data SHARD...] [--set ...]; MQAR recall: eval mqar --checkpoint DIR [--preset P]; needle in a haystack: eval niah --checkpoint DIR [--lengths L...] [--depths P...] [--svg FILE]", cmd_eval},
+    {"eval", "loss, perplexity and bits per byte of a checkpoint: eval --checkpoint DIR [--data SHARD...] [--set ...]; MQAR recall: eval mqar --checkpoint DIR [--preset P]; needle in a haystack: eval niah --checkpoint DIR [--lengths L...] [--depths P...] [--svg FILE]; PHA mixing weights: eval probes --checkpoint DIR [--window K]", cmd_eval},
     {"generate", "sample text from a checkpoint with its decode caches: generate --checkpoint DIR --prompt TEXT", cmd_generate},
     {"launch", "run a command on N ranks (data parallel): launch --nproc-per-node N [--nnodes K --node-rank R --master-addr A --master-port P] -- train ...", cmd_launch},
     {"plot", "draw train/val loss curves of a metrics.jsonl as SVG", cmd_plot},

@@ -7,6 +7,7 @@
 #include "core/current_device.h"
 #include "data/loader.h"
 #include "eval/mqar.h"
+#include "eval/param_probe.h"
 #include "eval/perplexity.h"
 #include "train/checkpoint.h"
 #include "train/config/config_param_groups.h"
@@ -108,6 +109,8 @@ TrainRunResult train_run(const RunConfig& rc, const std::string& resume_dir, Com
   opt.bucket_mb = tc.bucket_mb;
   opt.zero1 = tc.zero1;
   opt.window_p_full = tc.window_p_full;
+  opt.param_probes = rc.eval.param_probes;
+  check_param_probes(*model, opt.param_probes);
 
   auto named = model->named_parameters();
   std::vector<ParamSetting> settings = resolve_param_settings(tc.optimizer.weight_decay, tc.optimizer.param_groups, named);

@@ -8,6 +8,7 @@
 
 #include "core/rng.h"
 #include "core/tensor_math.h"
+#include "eval/param_probe.h"
 #include "optim/clip.h"
 #include "train/checkpoint.h"
 
@@ -183,6 +184,7 @@ void Trainer::validate_and_log() {
   RecordEnvelope env = opt_.envelope;
   env.step = step_;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_probes(env);
   if (v.task_record) {
     append_record(metrics_path_, v.task_record(env, v.task_sums));
     spdlog::info("step {} | val_loss {:.4f} | validated in {}", step_, v.loss(), format_duration(secs));
@@ -197,6 +199,12 @@ void Trainer::validate_and_log() {
                                    .add("token_acc", v.targets ? double(v.correct) / double(v.targets) : 0.0));
   spdlog::info("step {} | val_loss {:.4f} | val_ppl {:.2f} | {} windows in {}", step_, v.loss(), std::exp(v.loss()),
                v.windows, format_duration(secs));
+}
+
+void Trainer::log_probes(const RecordEnvelope& env) {
+  const std::vector<PhaMixRow> mix = pha_mix_rows(model_);
+  if (!mix.empty()) append_record(metrics_path_, pha_mix_record(mix, env));
+  for (const Record& r : param_probe_records(model_, opt_.param_probes, env)) append_record(metrics_path_, r);
 }
 
 void Trainer::checkpoint() {

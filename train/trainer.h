@@ -71,6 +71,7 @@ struct TrainerOptions {
   bool zero1 = false;
   // nha.md 8.1: each optimizer step, every layer with a window runs it unlimited with this probability.
   std::optional<double> window_p_full;
+  std::vector<std::string> param_probes;  // eval.param_probes: logged at each validation (eval.md 6.3)
 };
 
 // A step whose loss or gradients were not finite, past what train.skip_nonfinite allows (config.md
@@ -100,6 +101,9 @@ class Trainer {
   // One optimizer step; returns false when it was skipped for a non-finite value.
   bool train_step(double* loss, double* grad_norm);
   void validate_and_log();
+  // The parameter probes of eval.md 6.3 at this step: pha.mix for a model with PHA blocks, and the
+  // parameters eval.param_probes matches.
+  void log_probes(const RecordEnvelope& env);
   void checkpoint();
   // The first parameter with a non-finite gradient, the same on every rank ("" when none).
   std::string first_nonfinite_gradient() const;
