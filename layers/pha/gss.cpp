@@ -43,6 +43,10 @@ ParamInit s4d_lambda_imag() {
   });
 }
 
+// The DSS path runs in fp32 at least (pha.md 4.5 step 6): sums over a thousand taps that cancel
+// need more than bf16's 8 bits.
+DType dss_dtype(DType compute) { return compute == DType::bf16 ? DType::f32 : compute; }
+
 }  // namespace
 
 Dss::Dss(const GssConfig& cfg) : cfg_(cfg) {
@@ -60,6 +64,16 @@ Var Dss::forward(const Var& v) const {
   return dss_conv(norm_->forward(v), lambda_re_, lambda_im_, c_re_, c_im_, d_, cfg_.lambda_imag_exp);
 }
 
+DssDecodeState Dss::start_decode(int64_t batch, DType state_dtype, Device device) const {
+  return dss_decode_start(batch, lambda_re_.data(), lambda_im_.data(), c_re_.data(), c_im_.data(),
+                          cfg_.lambda_imag_exp, state_dtype, device);
+}
+
+Var Dss::decode(const Var& v, DssDecodeState& st) const {
+  const DType dt = st.s_re.dtype();
+  return Var(dss_decode_step(norm_->forward(v).data(), d_.data().to(dt), st));
+}
+
 Gss::Gss(const GssConfig& cfg, double init_std, double residual_std) {
   const int64_t d = cfg.d_model, F = cfg.wide, Hs = cfg.dss_dim;
   const ParamInit w = ParamInit::normal(init_std);
@@ -70,15 +84,24 @@ Gss::Gss(const GssConfig& cfg, double init_std, double residual_std) {
   to_out_ = register_module("to_out", std::make_unique<Linear>(F, d, true, ParamInit::normal(residual_std)));
 }
 
+Var Gss::gate_and_project(const Var& u, const Var& y, DType compute) const {
+  return to_out_->forward(mul(to_gate_->forward(cast(y, compute)), u));
+}
+
 Var Gss::forward(const Var& x) const {
-  const DType compute = x.dtype();
   const Var u = gelu(to_u_->forward(x));
-  // The DSS path runs in fp32 at least (pha.md 4.5 step 6): sums over a thousand taps that cancel
-  // need more than bf16's 8 bits.
-  const DType ssm = compute == DType::bf16 ? DType::f32 : compute;
-  const Var y = dss_->forward(cast(gelu(to_v_->forward(x)), ssm));
-  const Var c = to_gate_->forward(cast(y, compute));
-  return to_out_->forward(mul(c, u));
+  const Var y = dss_->forward(cast(gelu(to_v_->forward(x)), dss_dtype(x.dtype())));
+  return gate_and_project(u, y, x.dtype());
+}
+
+DssDecodeState Gss::start_decode(int64_t batch, Device device, DType compute) const {
+  return dss_->start_decode(batch, dss_dtype(compute), device);
+}
+
+Var Gss::decode(const Var& x, DssDecodeState& st) const {
+  const Var u = gelu(to_u_->forward(x));
+  const Var y = dss_->decode(cast(gelu(to_v_->forward(x)), st.s_re.dtype()), st);
+  return gate_and_project(u, y, x.dtype());
 }
 
 }  // namespace hyb

@@ -47,17 +47,21 @@ PhaMixer::PhaMixer(const PhaConfig& cfg, const MixerContext& ctx, double norm_ep
     mix_logits_ = register_parameter("mix_logits", {cfg.branches()}, ParamInit::constant(cfg.mix_init), false);
 }
 
-Var PhaMixer::forward(const Var& x) {
+Var PhaMixer::attn_branch(const Var& x, PhaState* st) {
+  ModuleScope scope("attn");
+  return st ? attn_->decode(x, *st->attn) : attn_->forward(x);
+}
+
+Var PhaMixer::gss_branch(const Var& x, PhaState* st) {
+  ModuleScope scope("gss");
+  return st ? gss_->decode(x, *st->gss) : gss_->forward(x);
+}
+
+Var PhaMixer::mixture(const Var& x, PhaState* st) {
   HYB_CHECK(!cfg_.sequential, "pha: a sequential block has no mixture; PhaBlock runs its sublayers");
   std::vector<Var> n;
-  if (attn_) {
-    ModuleScope scope("attn");
-    n.push_back(attn_->forward(x));
-  }
-  if (gss_) {
-    ModuleScope scope("gss");
-    n.push_back(gss_->forward(x));
-  }
+  if (attn_) n.push_back(attn_branch(x, st));
+  if (gss_) n.push_back(gss_branch(x, st));
   if (aux_) {
     ModuleScope scope("aux_mlp");
     n.push_back(aux_->forward(x));
@@ -65,6 +69,22 @@ Var PhaMixer::forward(const Var& x) {
   for (size_t k = 0; k < n.size(); ++k) n[k] = out_norms_[k]->forward(n[k]);
   if (n.size() == 1) return n[0];
   return pha_mix(n, mix_logits_);
+}
+
+Var PhaMixer::forward(const Var& x) { return mixture(x, nullptr); }
+
+std::unique_ptr<DecodeState> PhaMixer::start_decode(int64_t batch, Device device, DType dtype) {
+  auto s = std::make_unique<PhaState>();
+  if (attn_) s->attn = attn_->start_decode(batch, device, dtype);
+  if (gss_) s->gss = gss_->start_decode(batch, device, dtype);
+  return s;
+}
+
+Var PhaMixer::decode(const Var& x, DecodeState& state) {
+  auto& s = dynamic_cast<PhaState&>(state);
+  const Var m = mixture(x, &s);
+  s.n_seen += x.size(1);
+  return m;
 }
 
 std::vector<double> PhaMixer::mix_weights() const {
@@ -94,44 +114,35 @@ Var PhaBlock::drop(const Var& x, const char* site) const {
   return dropout(x, p, ctx_.seed, str_cat("model.layers.", ctx_.mixer.layer_index, ".", site), step << 32, true);
 }
 
-Var PhaBlock::residual(const Var& r, const Var& update, const char* site, double alpha) const {
-  return add(alpha == 1 ? r : mul_scalar(r, alpha), drop(update, site));
+Var PhaBlock::residual(const Var& r, const Var& update, const char* site, double alpha, bool decoding) const {
+  return add(alpha == 1 ? r : mul_scalar(r, alpha), decoding ? update : drop(update, site));
 }
 
-Var PhaBlock::forward(const Var& x) {
+Var PhaBlock::run(const Var& x, PhaState* st) {
   const PhaConfig& c = mixer_->config();
-  const bool normed = c.residual_normed;
+  const bool normed = c.residual_normed, dec = st != nullptr;
   Var h;
   if (!c.sequential) {
     const Var xh = mixer_norm_->forward(x);
     ModuleScope scope("mixer");
-    h = residual(normed ? xh : x, mixer_->forward(xh), "mix_dropout", c.alpha);
+    h = residual(normed ? xh : x, dec ? mixer_->decode(xh, *st) : mixer_->forward(xh), "mix_dropout", c.alpha, dec);
   } else {
     ModuleScope scope("mixer");
     const Var x1 = mixer_->attn_norm_->forward(x);
-    Var a;
-    {
-      ModuleScope s("attn");
-      a = mixer_->attn_->forward(x1);
-    }
-    const Var h1 = residual(normed ? x1 : x, a, "attn_dropout", c.alpha);
+    const Var h1 = residual(normed ? x1 : x, mixer_->attn_branch(x1, st), "attn_dropout", c.alpha, dec);
     const Var x2 = mixer_->gss_norm_->forward(h1);
-    Var g;
-    {
-      ModuleScope s("gss");
-      g = mixer_->gss_->forward(x2);
-    }
-    h = residual(normed ? x2 : h1, g, "gss_dropout", normed ? c.alpha : 1.0);
+    h = residual(normed ? x2 : h1, mixer_->gss_branch(x2, st), "gss_dropout", normed ? c.alpha : 1.0, dec);
+    if (st) st->n_seen += x.size(1);
   }
   if (!mlp_) return h;
   ModuleScope scope("mlp");
   const Var hh = mlp_norm_->forward(h);
-  return residual(normed ? hh : h, mlp_->forward(hh), "mlp_dropout", normed ? c.alpha : 1.0);
+  return residual(normed ? hh : h, mlp_->forward(hh), "mlp_dropout", normed ? c.alpha : 1.0, dec);
 }
 
-Var PhaBlock::decode(const Var&, DecodeState&) {
-  throw Error("pha: decoding (the KV cache and the GSS modal state, pha.md 4.4) is not written yet");
-}
+Var PhaBlock::forward(const Var& x) { return run(x, nullptr); }
+
+Var PhaBlock::decode(const Var& x, DecodeState& state) { return run(x, &dynamic_cast<PhaState&>(state)); }
 
 std::unique_ptr<Block> make_pha_block(const LayerSpec& spec, const BlockContext& ctx) {
   return std::make_unique<PhaBlock>(spec, ctx);
