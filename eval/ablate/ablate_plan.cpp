@@ -112,10 +112,14 @@ AblatePlan plan_suite(const AblateSuite& suite, const std::vector<int64_t>& seed
                       const std::string& out) {
   std::set<std::string> wanted(only.begin(), only.end());
   for (const std::string& r : only) suite.row(r);  // an unknown name fails here
-  if (!wanted.empty()) wanted.insert(suite.base_row().name);
-  for (const AblateRow& r : suite.rows)
-    if (r.match_params && (wanted.empty() || wanted.count(r.name)))
-      wanted.insert(r.match_params->target.empty() ? suite.base_row().name : r.match_params->target);
+  // A --rows selection also runs the rows the selected ones are measured against; without one every
+  // row runs (inserting targets then would narrow the empty "all" to the targets alone).
+  if (!wanted.empty()) {
+    wanted.insert(suite.base_row().name);
+    for (const AblateRow& r : suite.rows)
+      if (r.match_params && wanted.count(r.name))
+        wanted.insert(r.match_params->target.empty() ? suite.base_row().name : r.match_params->target);
+  }
   auto runs = [&](const AblateRow& r) { return wanted.empty() || wanted.count(r.name) > 0; };
 
   AblatePlan plan;

@@ -145,6 +145,8 @@ TEST_CASE("plan_suite: match_params keeps the value whose count is closest to th
     CHECK(std::llabs(c - goal) >= std::llabs(m.non_embedding - goal));
   }
   CHECK_THAT(m.match_note, Catch::Contains("model.block.mlp.intermediate_size=" + std::to_string(kept)));
+  // Without --rows every row runs, the matched one and the two without match_params alike.
+  CHECK(plan_suite(s, {0}, {}, "out").row_tasks.size() == 3);
 }
 
 TEST_CASE("every suite under configs/ablate parses, and plans where its shards exist", "[ablate]") {
