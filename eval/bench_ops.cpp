@@ -51,6 +51,7 @@
 #include "layers/module.h"
 #include "layers/nha/nha_decode.h"
 #include "layers/nha/nha_op.h"
+#include "layers/pha/dss_op.h"
 #include "layers/norm/rmsnorm_op.h"
 #include "layers/registry.h"
 #include "layers/rope/rope_op.h"
@@ -495,6 +496,76 @@ std::vector<BenchCase> make_cases(const std::string& filter) {
           }
         }
       }
+  }
+  // PHA's DSS convolution fwd+bwd (pha.md 4.5, 4.6), fp32, B*T = 24576 (the PHA paper's 24 x 1024),
+  // Hs 256, Ns 512. FLOPs: the kernel GEMM against the basis zero-padded to n columns (2 Hs 2Ns n) and
+  // the backward's two; real FFTs at 2.5 n log2 n (the forward: K, v and the inverse; the backward: v
+  // again, dy, dv's and dK's inverses). Bytes: v and y, then dy, v and dv, fp32 (the FFT buffers are
+  // not a floor).
+  if (want({"dss_fwd_bwd"})) {
+    const int64_t N = 24576, Hs = 256, Ns = 512;
+    for (int64_t T : {1024, 2048, 4096, 8192}) {
+      const int64_t B = N / T, n = dss_fft_length(T);
+      DssInputs in;
+      in.v = random_cuda({B, T, Hs}, DType::f32, 80);
+      in.lambda_re = random_cuda({Ns}, DType::f32, 81);
+      in.lambda_im = random_cuda({Ns}, DType::f32, 82);
+      in.c_re = random_cuda({Hs, Ns}, DType::f32, 83);
+      in.c_im = random_cuda({Hs, Ns}, DType::f32, 84);
+      in.d = random_cuda({Hs}, DType::f32, 85);
+      const Tensor dy = random_cuda({B, T, Hs}, DType::f32, 86);
+      const double fft = 2.5 * double(n) * std::log2(double(n));
+      const double gemm = 2.0 * double(Hs) * double(2 * Ns) * double(n);
+      const double flops = 3 * gemm + fft * double(Hs + 2 * B * Hs) + fft * double(3 * B * Hs + Hs);
+      const double act = double(N * Hs * 4);
+      cases.push_back({"dss_fwd_bwd", str_cat("B", B, " T", T, " Hs", Hs, " Ns", Ns, " n", n, " f32"), 5 * act, flops,
+                       [=] {
+                         DssSaved sv;
+                         dss_forward(in, &sv);
+                         dss_backward(sv, dy, GradMask{63});
+                       }});
+    }
+  }
+  // The PHA-180M block (pha.md 10: d 768, GQA 12/4 of 64 with cosine logits, GSS F 3072, Hs 256, Ns 512,
+  // aux FFN 960, main FFN 1920) fwd+bwd through the tape as training runs it, bf16 activations, at
+  // B*T = 24576. FLOPs: 6 N per Linear weight, attention's 12 Hq D (T+1)/2 per token (eval.md 7.1),
+  // and the DSS's count above; a composite, so time and TFLOP/s only.
+  if (want({"pha_block_fwd_bwd"})) {
+    const int64_t N = 24576, d_model = 768;
+    for (int64_t T : {1024, 2048, 4096, 8192}) {
+      Json written = Json::parse(R"({"type": "pha", "dropout": 0.0,
+          "attn": {"type": "attention", "num_heads": 12, "num_kv_heads": 4, "head_dim": 64, "logits": "cosine"},
+          "gss": {"expand": 4, "dss_dim": 256, "dss_state": 512},
+          "aux_mlp": {"type": "swiglu", "expansion": 1.25, "multiple_of": 1}})");
+      LayerConfigContext lc;
+      lc.d_model = d_model;
+      lc.max_seq_len = T;
+      lc.num_layers = 10;
+      find_layer("pha")->resolve_config(written, lc);
+      BlockContext bc;
+      bc.mixer.d_model = d_model;
+      bc.mixer.num_layers = 10;
+      bc.mixer.max_seq_len = T;
+      bc.norm_eps = 1e-6;
+      std::shared_ptr<Block> block;
+      {
+        ParameterScope scope(Device::cuda(0));
+        block = find_layer("pha")->make_block(LayerSpec{nlohmann::json::parse(written.dump()), "swiglu", 1920}, bc);
+      }
+      block->initialize(90);
+      double weights = 0;
+      for (const NamedParameter& p : block->named_parameters())
+        if (p.var.data().dim() == 2 && p.name.ends_with(".weight") && p.name.find(".dss.") == std::string::npos)
+          weights += double(p.var.numel());
+      const int64_t n = dss_fft_length(T), B = N / T;
+      const double fft = 2.5 * double(n) * std::log2(double(n));
+      const double dss = 3 * 2.0 * 256 * 1024 * double(n) + fft * double(5 * B * 256 + 2 * 256);
+      const double attn = double(N) * 12.0 * 12 * 64 * double(T + 1) / 2;
+      const Var x(random_cuda({B, T, d_model}, bf, 91), true);
+      const Tensor dy = random_cuda({B, T, d_model}, bf, 92);
+      cases.push_back({"pha_block_fwd_bwd", str_cat("B", B, " T", T, " d_model ", d_model, " (PHA-180M) bf16"), 0,
+                       6 * double(N) * weights + attn + dss, [=] { backward(block->forward(x), dy); }});
+    }
   }
   return cases;
 }
