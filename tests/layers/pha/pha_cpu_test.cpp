@@ -199,3 +199,40 @@ TEST_CASE("dropout in a PHA block follows the micro-step and is off in evaluatio
   REQUIRE(same(e, e_again));
   REQUIRE(!same(a, e));
 }
+
+TEST_CASE("a PHA model's loss has gradients matching finite differences end to end, and its logits depend on the "
+          "current token: parallel and sequential",
+          "[pha][cpu]") {
+  json seq = pha_small_written({{"composition", "sequential"}});
+  seq.erase("aux_mlp");
+  for (const auto& [name, written] : std::vector<std::pair<std::string, json>>{{"parallel", pha_small_written()},
+                                                                               {"sequential", seq}}) {
+    DYNAMIC_SECTION(name) {
+      ParameterScope f64(Device::cpu(), DType::f64);
+      LmConfig cfg = small_decode_lm({{pha_resolved(written), "swiglu", 12}, {pha_resolved(written), "swiglu", 12}});
+      cfg.embed_scale_sqrt_d = true;
+      CausalLM lm(cfg);
+      lm.initialize(3);
+      const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 5, 2, 7, 3, 3, 9, 4, 0, 6, 2, 8}, {2, 6});
+      const Tensor targets = Tensor::from_vector(std::vector<int32_t>{5, 2, 7, 3, 3, 9, 4, 0, 6, 2, 8, 1}, {2, 6});
+      {
+        NoGradGuard ng;
+        Tensor other = ids.clone();
+        other.data<int32_t>()[0] = 11;
+        const Tensor a = lm.logits(ids, DType::f64).data(), b = lm.logits(other, DType::f64).data();
+        double diff = 0;
+        for (int64_t v = 0; v < 16; ++v) diff = std::max(diff, std::abs(a.data<double>()[v] - b.data<double>()[v]));
+        REQUIRE(diff > 1e-3);
+      }
+      std::vector<Var> leaves;
+      std::vector<std::string> names;
+      for (const auto& p : lm.named_parameters()) {
+        leaves.push_back(p.var);
+        names.push_back(p.name);
+      }
+      auto r = gradcheck_leaves([&] { return std::vector<Var>{lm.loss(ids, targets, DType::f64)}; }, leaves, names);
+      INFO(r.report);
+      REQUIRE(r.max_error < 1e-6);
+    }
+  }
+}
