@@ -59,4 +59,9 @@ ProcessResult run_process(const std::vector<std::string>& args, const std::vecto
   return r;
 }
 
+ProcessResult run_hybrid(const char* binary, std::vector<std::string> args) {
+  args.insert(args.begin(), binary);
+  return run_process(args, "OMP_NUM_THREADS=1");
+}
+
 }  // namespace hyb

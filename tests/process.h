@@ -16,5 +16,8 @@ struct ProcessResult {
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& extra_env = "");
 // Several "NAME=VALUE" entries; safe to call from several threads at once.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env);
+// The hybrid binary (the test target's HYBRID_BINARY) with `args`, on one thread: the tests' models
+// are too small to gain from more, and waiting threads spin on a busy machine.
+ProcessResult run_hybrid(const char* binary, std::vector<std::string> args);
 
 }  // namespace hyb

@@ -3,30 +3,18 @@ in PyTorch (specs/pha.md 2.2, 4.2-4.5, 6) at the same shapes, timed forward+back
 torch.compile, in the same device call. The DSS convolution is fp32: the kernel K from the fp64
 Vandermonde basis, then rfft / irfft at n = the smallest 2^a 3^b 5^c 7^d >= 2T - 1. The block runs
 under bf16 autocast with fp32 parameters and the DSS path in fp32, as ours does; attention is SDPA
-(its default backend) on cosine logits with RoPE, the kv heads repeated for GQA. CUDA events, median of 10 runs after 3
-warm-ups. Usage: python3 tools/pha_anchor.py [--no-compile] [--block-only]
+(its default backend) on cosine logits with RoPE, the kv heads repeated for GQA. CUDA events, the
+median of 10 runs after 5 warm-ups (sdpa_anchor.median_ms).
+Usage: python3 tools/pha_anchor.py [--no-compile] [--block-only]
 """
 
 import math
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
-
-def median_ms(fn, warmup=3, reps=10):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+from sdpa_anchor import median_ms
 
 
 def fft_length(T):
@@ -137,7 +125,7 @@ def main():
         fns = [("eager", dss_conv)] + ([("compile", torch.compile(dss_conv))] if compile_too else [])
         for name, fn in fns:
             try:
-                ms = median_ms(lambda: fn(v, *prm).backward(dy))
+                ms = median_ms(lambda: fn(v, *prm).backward(dy), reps=10)
                 print(f"anchor dss_fwd_bwd B{B} T{T} Hs{Hs} Ns{Ns} {name}: {ms:.3f} ms")
             except Exception as e:  # an anchor that does not run is recorded, not fatal
                 print(f"anchor dss_fwd_bwd B{B} T{T} {name}: failed: {type(e).__name__}: {str(e)[:200]}")
@@ -159,7 +147,7 @@ def main():
         fns = [("eager", block)] + ([("compile", torch.compile(block))] if compile_too else [])
         for name, fn in fns:
             try:
-                ms = median_ms(lambda: step(fn))
+                ms = median_ms(lambda: step(fn), reps=10)
                 print(f"anchor pha_block_fwd_bwd B{B} T{T} d_model 768 {name}: {ms:.3f} ms")
             except Exception as e:  # an anchor that does not run is recorded, not fatal
                 print(f"anchor pha_block_fwd_bwd B{B} T{T} {name}: failed: {type(e).__name__}: {str(e)[:200]}")

@@ -24,11 +24,7 @@ TEST_CASE("hybrid eval niah writes a record per cell, the summary and the heat m
                  {"optimizer", {{"lr", 1e-3}}}}},
       {"eval", {{"max_windows", 2}}}};
   std::ofstream(d + "/cfg.json") << cfg.dump();
-  // One thread: a model this small gains nothing from more, and waiting threads spin on a busy machine.
-  auto hybrid = [](std::vector<std::string> args) {
-    args.insert(args.begin(), HYBRID_BINARY);
-    return run_process(args, "OMP_NUM_THREADS=1");
-  };
+  auto hybrid = [](std::vector<std::string> args) { return run_hybrid(HYBRID_BINARY, std::move(args)); };
   const ProcessResult train = hybrid({"train", "--config", d + "/cfg.json"});
   INFO(train.output);
   REQUIRE(train.exit_code == 0);

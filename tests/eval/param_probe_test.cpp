@@ -48,10 +48,7 @@ TEST_CASE("a PHA run logs pha.mix and the param_probes at each validation, and h
                  {"optimizer", {{"lr", 3e-2}}}}},
       {"eval", {{"max_windows", 2}, {"param_probes", {"*.mix_logits", "model.layers.0.mixer.attn.logit_scale"}}}}};
   std::ofstream(d + "/cfg.json") << cfg.dump();
-  auto hybrid = [](std::vector<std::string> args) {
-    args.insert(args.begin(), HYBRID_BINARY);
-    return run_process(args, "OMP_NUM_THREADS=1");
-  };
+  auto hybrid = [](std::vector<std::string> args) { return run_hybrid(HYBRID_BINARY, std::move(args)); };
   const ProcessResult train = hybrid({"train", "--config", d + "/cfg.json"});
   INFO(train.output);
   REQUIRE(train.exit_code == 0);

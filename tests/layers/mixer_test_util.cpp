@@ -52,16 +52,20 @@ void randomize_parameters(Module& m, uint64_t seed, double sd) {
   for (const auto& p : m.named_parameters()) fill_normal(p.var.data(), seed, p.name, 0.0, sd);
 }
 
-void require_mixer_gradcheck(Mixer& layer, const Var& x) {
+void require_module_gradcheck(const Module& m, const Var& x, const std::function<Var(const Var&)>& forward) {
   std::vector<Var> leaves{x};
   std::vector<std::string> names{"x"};
-  for (const auto& p : layer.named_parameters()) {
+  for (const auto& p : m.named_parameters()) {
     leaves.push_back(p.var);
     names.push_back(p.name);
   }
-  auto r = gradcheck_leaves([&] { return std::vector<Var>{layer.forward(x)}; }, leaves, names);
+  auto r = gradcheck_leaves([&] { return std::vector<Var>{forward(x)}; }, leaves, names);
   INFO(r.report);
   REQUIRE(r.max_error < 1e-6);
+}
+
+void require_mixer_gradcheck(Mixer& layer, const Var& x) {
+  require_module_gradcheck(layer, x, [&](const Var& v) { return layer.forward(v); });
 }
 
 namespace {

@@ -36,6 +36,8 @@ void randomize_parameters(Module& m, uint64_t seed, double sd = 0.5);
 // Every parameter of the layer and its input x against f64 central differences (gradcheck_leaves),
 // max relative error < 1e-6; build the layer under ParameterScope(cpu, f64).
 void require_mixer_gradcheck(Mixer& layer, const Var& x);
+// The same for any module whose output is forward(x) (a block, a mixer).
+void require_module_gradcheck(const Module& m, const Var& x, const std::function<Var(const Var&)>& forward);
 
 // For every variant (a section each): the layer built by make (mixer, d_model) under ParameterScope(cpu,
 // f64), initialised (seed 1) and redrawn (seed 2), through require_mixer_gradcheck on x (1, T, d_model).

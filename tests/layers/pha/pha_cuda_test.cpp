@@ -13,14 +13,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// d_model 16 with attention heads the CUDA kernels take (4 of 8, 2 kv heads); GSS F 32, Hs 8, Ns 16.
-json cuda_written(const json& changes = json::object()) {
-  json w = pha_small_written({{"attn", {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 8}}},
-                              {"gss", {{"dss_dim", 8}, {"dss_state", 16}}}, {"aux_mlp", {{"intermediate_size", 24}}}});
-  w.merge_patch(changes);
-  return w;
-}
-
 std::unique_ptr<Mixer> build(const json& mixer, int64_t d_model) {
   return std::make_unique<PhaMixer>(pha_config_from_json(mixer, d_model),
                                     test_mixer_context({.d_model = d_model, .max_seq_len = 256, .num_layers = 2}), 1e-6);
@@ -50,16 +42,16 @@ TEST_CASE("the parallel PHA mixer on cuda matches the cpu mixer for every branch
           "every parameter gradient",
           "[pha][gpu]") {
   const std::vector<std::pair<std::string, json>> with_attn = {
-      {"attn gss ffn", pha_resolved(cuda_written(), 16)},
-      {"attn ffn", pha_resolved(cuda_written({{"branches", {"attn", "ffn"}}}), 16)},
+      {"attn gss ffn", pha_resolved(pha_cuda_written(), 16)},
+      {"attn ffn", pha_resolved(pha_cuda_written({{"branches", {"attn", "ffn"}}}), 16)},
   };
   // The attention kernels compute in bf16 for f32 activations too (attention.md 4.4): the f32 run has
   // the attention branch's bf16 accuracy, at parameters of 0.1 as in head_split's test.
   require_cuda_mixer_matches_cpu(with_attn, build, {.tol_f32 = 2e-2, .tol_bf16 = 4e-2, .sd_f32 = 0.1});
   const std::vector<std::pair<std::string, json>> without_attn = {
-      {"gss ffn", pha_resolved(cuda_written({{"branches", {"gss", "ffn"}}}), 16)},
-      {"gss", pha_resolved(cuda_written({{"branches", {"gss"}}}), 16)},
-      {"gss linear", pha_resolved(cuda_written({{"branches", {"gss"}}, {"gss", {{"lambda_imag", "linear"}}}}), 16)},
+      {"gss ffn", pha_resolved(pha_cuda_written({{"branches", {"gss", "ffn"}}}), 16)},
+      {"gss", pha_resolved(pha_cuda_written({{"branches", {"gss"}}}), 16)},
+      {"gss linear", pha_resolved(pha_cuda_written({{"branches", {"gss"}}, {"gss", {{"lambda_imag", "linear"}}}}), 16)},
   };
   require_cuda_mixer_matches_cpu(without_attn, build, {.tol_f32 = 1e-4, .tol_bf16 = 4e-2, .sd_f32 = 0.5});
 }

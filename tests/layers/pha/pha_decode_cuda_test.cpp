@@ -9,18 +9,6 @@
 using namespace hyb;
 using json = nlohmann::json;
 
-namespace {
-
-// d_model 16 with attention heads the CUDA kernels take (4 of 8, 2 kv heads); GSS F 32, Hs 8, Ns 16.
-json cuda_written(const json& changes = json::object()) {
-  json w = pha_small_written({{"attn", {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 8}}},
-                              {"gss", {{"dss_dim", 8}, {"dss_state", 16}}}, {"aux_mlp", {{"intermediate_size", 24}}}});
-  w.merge_patch(changes);
-  return w;
-}
-
-}  // namespace
-
 // The attention kernels compute in bf16 for f32 activations too (attention.md 4.4), and the parallel
 // forward and a decode step hand them q, k and v from GEMMs of different shapes, which can round to
 // different bf16 values: with attention the two paths agree to bf16 accuracy (head_split's 1e-2 at
@@ -33,10 +21,10 @@ TEST_CASE("the parallel PHA mixer decoding on cuda equals its cuda parallel forw
     json written;
     double tol;
   };
-  for (const Case& c : {Case{"attn gss ffn", cuda_written(), 1e-2},
-                        Case{"attn ffn", cuda_written({{"branches", {"attn", "ffn"}}}), 1e-2},
-                        Case{"gss ffn", cuda_written({{"branches", {"gss", "ffn"}}}), 1e-4},
-                        Case{"gss linear", cuda_written({{"branches", {"gss"}}, {"gss", {{"lambda_imag", "linear"}}}}), 1e-4}}) {
+  for (const Case& c : {Case{"attn gss ffn", pha_cuda_written(), 1e-2},
+                        Case{"attn ffn", pha_cuda_written({{"branches", {"attn", "ffn"}}}), 1e-2},
+                        Case{"gss ffn", pha_cuda_written({{"branches", {"gss", "ffn"}}}), 1e-4},
+                        Case{"gss linear", pha_cuda_written({{"branches", {"gss"}}, {"gss", {{"lambda_imag", "linear"}}}}), 1e-4}}) {
     ParameterScope f32(Device::cuda(0), DType::f32);
     PhaMixer mixer(pha_config_from_json(pha_resolved(c.written, 16), 16),
                    test_mixer_context({.d_model = 16, .max_seq_len = 256, .num_layers = 2}), 1e-6);
@@ -50,11 +38,11 @@ TEST_CASE("the parallel PHA mixer decoding on cuda equals its cuda parallel forw
 TEST_CASE("a small PHA model decoding on cuda equals its cuda parallel forward's logits: single steps and prefills",
           "[pha][model][gpu][decode]") {
   const int64_t L = 3, B = 2, T = 40;
-  json seq = cuda_written({{"composition", "sequential"}});
+  json seq = pha_cuda_written({{"composition", "sequential"}});
   seq.erase("aux_mlp");
   const json attention = resolve_test_mixer("attention", {{"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 8}},
                                             {.d_model = 16});
-  LmConfig cfg = small_decode_lm({{pha_resolved(cuda_written(), 16, L), "swiglu", 24},
+  LmConfig cfg = small_decode_lm({{pha_resolved(pha_cuda_written(), 16, L), "swiglu", 24},
                                   {attention, "swiglu", 24},
                                   {pha_resolved(seq, 16, L), "swiglu", 24}});
   cfg.d_model = 16;
