@@ -17,19 +17,6 @@ DssDecodeState start(const std::vector<Tensor>& x, bool imag_exp, DType dt) {
   return dss_decode_start(x[0].size(0), x[1], x[2], x[3], x[4], imag_exp, dt, Device::cpu());
 }
 
-// v through the step: `first` tokens in one call, then calls of `chunk` tokens (the last may be shorter).
-std::vector<Tensor> decode_in_chunks(const Tensor& v, const Tensor& d, DssDecodeState& st, int64_t first,
-                                     int64_t chunk) {
-  const int64_t T = v.size(1);
-  std::vector<Tensor> steps;
-  for (int64_t t = 0; t < T;) {
-    const int64_t n = std::min(t == 0 ? first : chunk, T - t);
-    steps.push_back(dss_decode_step(v.narrow(1, t, n).contiguous(), d, st).to(DType::f64));
-    t += n;
-  }
-  return steps;
-}
-
 }  // namespace
 
 TEST_CASE("the dss decode step equals the convolution and the recurrence to 1e-12 in f64, from the first token, "

@@ -9,22 +9,6 @@
 
 using namespace hyb;
 
-namespace {
-
-std::vector<Tensor> decode_in_chunks(const Tensor& v, const Tensor& d, DssDecodeState& st, int64_t first,
-                                     int64_t chunk) {
-  const int64_t T = v.size(1);
-  std::vector<Tensor> steps;
-  for (int64_t t = 0; t < T;) {
-    const int64_t n = std::min(t == 0 ? first : chunk, T - t);
-    steps.push_back(dss_decode_step(v.narrow(1, t, n).contiguous(), d, st).to(Device::cpu()).to(DType::f64));
-    t += n;
-  }
-  return steps;
-}
-
-}  // namespace
-
 TEST_CASE("the dss decode step on cuda matches the f64 cpu step, outputs and final state", "[pha][dss][gpu][decode]") {
   struct Case {
     DssDims d;

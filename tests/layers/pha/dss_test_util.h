@@ -2,11 +2,13 @@
 //   const std::vector<Tensor> x = dss_inputs({2, 37, 3, 4}, true, false, 20);   // v, l_re, l_im, C_re, C_im, D
 //   Tensor y = dss_forward(as_inputs(x, true), nullptr);
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "autograd/gradcheck.h"
 #include "layers/op_test_util.h"
+#include "layers/pha/dss_decode.h"
 #include "layers/pha/dss_op.h"
 
 namespace hyb {
@@ -34,6 +36,20 @@ inline std::vector<Tensor> dss_inputs(const DssDims& d, bool imag_exp, bool seri
 
 inline DssInputs as_inputs(const std::vector<Tensor>& x, bool imag_exp) {
   return {x[0], x[1], x[2], x[3], x[4], x[5], imag_exp};
+}
+
+// v through the decode step: `first` tokens in one call, then calls of `chunk` tokens (the last may
+// be shorter); each call's y on the CPU in f64.
+inline std::vector<Tensor> decode_in_chunks(const Tensor& v, const Tensor& d, DssDecodeState& st, int64_t first,
+                                            int64_t chunk) {
+  const int64_t T = v.size(1);
+  std::vector<Tensor> steps;
+  for (int64_t t = 0; t < T;) {
+    const int64_t n = std::min(t == 0 ? first : chunk, T - t);
+    steps.push_back(dss_decode_step(v.narrow(1, t, n).contiguous(), d, st).to(Device::cpu()).to(DType::f64));
+    t += n;
+  }
+  return steps;
 }
 
 }  // namespace hyb
